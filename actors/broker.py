@@ -1,0 +1,34 @@
+"""The Redis broker, configured from the settings before any actor is declared.
+
+Dramatiq binds actors to the broker current at declaration time, so this module is
+imported first by the package. Redis only carries messages: every pending thing is also
+a row in Postgres, and a flushed Redis or a lost message is repaired by the next scan.
+"""
+
+from __future__ import annotations
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, ShutdownNotifications, TimeLimit
+
+from tocsin.config import load_settings
+
+_settings = load_settings()
+
+broker = RedisBroker(
+    url=_settings.redis_url,
+    namespace=_settings.dramatiq_namespace,
+    # A worker that dies holds its messages until another one notices it is gone; keep
+    # that short. Postgres, not redelivery, is what guarantees recovery.
+    heartbeat_timeout=30_000,  # milliseconds
+    dead_message_ttl=7 * 24 * 3_600_000,  # milliseconds
+    middleware=[
+        AgeLimit(),
+        TimeLimit(time_limit=10 * 60_000),  # milliseconds; actors set their own lower limits
+        ShutdownNotifications(),
+        Callbacks(),
+        Pipelines(),
+        Retries(max_retries=3, min_backoff=1_000, max_backoff=60_000),  # milliseconds
+    ],
+)
+dramatiq.set_broker(broker)

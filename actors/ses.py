@@ -1,0 +1,130 @@
+"""The email provider adapter: AWS SES v2 through boto3 (or the local endpoint in dev).
+
+Built once per process from the settings, on first use, never at import time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import formatdate, parseaddr
+from typing import TYPE_CHECKING, Protocol
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from domain.delivery import ErrorClass, classify_provider_error
+from tocsin.config import Settings, load_settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_sesv2 import SESV2Client
+
+
+@dataclass(frozen=True)
+class OutgoingEmail:
+    message_id: str  # deterministic per delivery, so a resend is recognisably the same message
+    to: str
+    subject: str
+    text: str
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Accepted:
+    provider_message_id: str
+    request_id: str | None
+
+
+class ProviderError(Exception):
+    def __init__(self, error_class: ErrorClass, detail: str, request_id: str | None = None):
+        super().__init__(detail)
+        self.error_class = error_class
+        self.request_id = request_id
+
+
+class Mailer(Protocol):
+    def send(self, email: OutgoingEmail) -> Accepted: ...
+
+
+def _client(settings: Settings, service: str) -> object:
+    credentials = {}
+    if settings.aws_access_key_id:
+        credentials = {
+            "aws_access_key_id": settings.aws_access_key_id,
+            "aws_secret_access_key": settings.aws_secret_access_key,
+        }
+    elif settings.ses_endpoint_url:  # the local endpoint accepts any credentials
+        credentials = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+    return boto3.client(  # type: ignore[call-overload]
+        service,
+        region_name=settings.aws_region,
+        endpoint_url=settings.ses_endpoint_url,
+        config=Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 1}),
+        **credentials,
+    )
+
+
+class SesMailer:
+    def __init__(self, settings: Settings):
+        self._client: SESV2Client = _client(settings, "sesv2")  # type: ignore[assignment]
+        self._from = settings.mail_from
+
+    def compose(self, email: OutgoingEmail) -> bytes:
+        message = EmailMessage()
+        message["From"] = self._from
+        message["To"] = email.to
+        message["Subject"] = email.subject
+        message["Date"] = formatdate(usegmt=True)
+        message["Message-ID"] = email.message_id
+        message.set_content(email.text)
+        return bytes(message)
+
+    def send(self, email: OutgoingEmail) -> Accepted:
+        try:
+            response = self._client.send_email(
+                FromEmailAddress=self._from,
+                Destination={"ToAddresses": [email.to]},
+                Content={"Raw": {"Data": self.compose(email)}},
+                EmailTags=[{"Name": k, "Value": v} for k, v in email.tags.items()],
+            )
+        except ClientError as error:
+            info = error.response.get("Error", {})
+            meta = error.response.get("ResponseMetadata", {})
+            error_class = classify_provider_error(info.get("Code"), meta.get("HTTPStatusCode"))
+            raise ProviderError(
+                error_class, f"{info.get('Code')}: {info.get('Message')}", meta.get("RequestId")
+            ) from None
+        except BotoCoreError as error:  # connection refused, timeouts: the answer is unknown
+            raise ProviderError(ErrorClass.TRANSIENT, type(error).__name__) from None
+        return Accepted(response["MessageId"], response["ResponseMetadata"].get("RequestId"))
+
+    def ensure_sender_identity(self) -> None:
+        """Register the sender with the local endpoint (real SES identities are verified
+        by an operator in the AWS console, never by Tocsin)."""
+        address = parseaddr(self._from)[1]
+        try:
+            self._client.create_email_identity(EmailIdentity=address)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "AlreadyExistsException":
+                raise
+
+
+_lock = threading.Lock()
+_mailer: Mailer | None = None
+
+
+def get_mailer() -> Mailer:
+    global _mailer
+    with _lock:
+        if _mailer is None:
+            _mailer = SesMailer(load_settings())
+        return _mailer
+
+
+def set_mailer(mailer: Mailer | None) -> None:
+    """Swap the process mailer (tests inject a fault-injecting provider here)."""
+    global _mailer
+    with _lock:
+        _mailer = mailer

@@ -1,0 +1,130 @@
+"""The notification ledger: turning claims into inbox rows and deliveries, and reading it.
+
+Preparation is idempotent by construction: inbox rows carry an idempotency key derived
+from (ledger row, recipient) and deliveries are unique per (notification, channel), so a
+claim prepared twice (or by two scans at once) yields one of each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from db.tenancy import TenantTx
+from domain.licence import CATEGORY, COPY, RULE
+
+# Recipients of a licence milestone, bound late (when the claim is prepared): the
+# client's active users and the tenant's active admins.
+_PREPARE_NOTIFICATIONS = """
+WITH copy AS (
+    SELECT * FROM unnest(%(thresholds)s::text[], %(titles)s::text[], %(bodies)s::text[])
+        AS copy(threshold, title, body)
+), recipients AS (
+    SELECT l.id AS ledger_id, l.threshold, l.due_on, c.id AS client_id, c.name AS client_name,
+           u.id AS user_id, u.role
+    FROM notification_ledger l
+    JOIN clients c ON c.id = l.subject_id
+    JOIN users u ON u.deactivated_at IS NULL
+                AND ((u.role = 'client_user' AND u.client_id = c.id) OR u.role = 'admin')
+    WHERE l.id = ANY(%(ledger_ids)s)
+)
+INSERT INTO notifications
+    (recipient_user_id, ledger_id, category, title, body, data, idempotency_key)
+SELECT r.user_id, r.ledger_id, %(category)s,
+       replace(replace(copy.title, '{client}', r.client_name),
+               '{date}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
+       replace(replace(copy.body, '{client}', r.client_name),
+               '{date}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
+       jsonb_build_object(
+           'href', CASE WHEN r.role = 'client_user' THEN '/licence' ELSE '/clients/' || r.client_id END,
+           'client_id', r.client_id, 'threshold', r.threshold, 'due_on', r.due_on),
+       'ledger:' || r.ledger_id || ':user:' || r.user_id
+FROM recipients r JOIN copy USING (threshold)
+ORDER BY r.ledger_id, r.user_id
+ON CONFLICT (idempotency_key) DO NOTHING
+"""
+
+_PREPARE_DELIVERIES = """
+INSERT INTO notification_deliveries (notification_id, channel)
+SELECT n.id, 'email' FROM notifications n
+WHERE n.ledger_id = ANY(%(ledger_ids)s)
+ORDER BY n.id
+ON CONFLICT (notification_id, channel) DO NOTHING
+"""
+
+
+def prepare_claims(tx: TenantTx) -> int:
+    """Write inbox rows and email deliveries for every claimed, unprepared licence row.
+
+    SKIP LOCKED: a claim another transaction is preparing right now is left to it; if that
+    transaction dies, the claim stays unprepared and the next scan picks it up.
+    """
+    rows = tx.conn.execute(
+        "SELECT id FROM notification_ledger "
+        "WHERE status = 'claimed' AND prepared_at IS NULL AND rule = %s "
+        "ORDER BY id FOR UPDATE SKIP LOCKED",
+        [RULE],
+    ).fetchall()
+    ledger_ids = [r[0] for r in rows]
+    if not ledger_ids:
+        return 0
+    thresholds = list(COPY)
+    params = {
+        "ledger_ids": ledger_ids,
+        "category": CATEGORY,
+        "thresholds": thresholds,
+        "titles": [COPY[t][0] for t in thresholds],
+        "bodies": [COPY[t][1] for t in thresholds],
+    }
+    tx.conn.execute(_PREPARE_NOTIFICATIONS, params)
+    tx.conn.execute(_PREPARE_DELIVERIES, params)
+    tx.conn.execute(
+        "UPDATE notification_ledger SET prepared_at = now() WHERE id = ANY(%(ledger_ids)s)",
+        params,
+    )
+    return len(ledger_ids)
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    id: int
+    rule: str
+    subject_kind: str
+    subject_id: int
+    subject_name: str | None
+    threshold: str
+    due_on: date
+    status: str
+    status_reason: str | None
+    local_date: date
+    claimed_at: datetime
+    delivered_at: datetime | None
+    acknowledged_at: datetime | None
+    deliveries: int
+    emails_accepted: int
+
+
+LEDGER_FIELDS = tuple(LedgerRow.__dataclass_fields__)
+
+
+def iter_ledger(tx: TenantTx, batch_size: int = 1000) -> Iterator[LedgerRow]:
+    """Every ledger row, oldest claim first, streamed with a server-side cursor."""
+    query = """
+        SELECT l.id, l.rule, l.subject_kind, l.subject_id, c.name, l.threshold, l.due_on,
+               l.status, l.status_reason, l.local_date, l.claimed_at, l.delivered_at,
+               l.acknowledged_at,
+               (SELECT count(*) FROM notifications n JOIN notification_deliveries d
+                    ON d.notification_id = n.id WHERE n.ledger_id = l.id),
+               (SELECT count(*) FROM notifications n JOIN notification_deliveries d
+                    ON d.notification_id = n.id
+                 WHERE n.ledger_id = l.id AND d.status IN ('accepted', 'delivered'))
+        FROM notification_ledger l
+        LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
+        ORDER BY l.claimed_at, l.id
+    """
+    with tx.conn.cursor(name="ledger_export") as cursor:
+        cursor.itersize = batch_size
+        cursor.execute(query)
+        for row in cursor:
+            yield LedgerRow(*row)

@@ -1,0 +1,116 @@
+"""Versioned SQL migrations: one set for the control schema, one applied to every tenant.
+
+Each version is applied and recorded in one transaction; an advisory lock makes two
+processes migrating at once (web and worker starting together) take turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+import psycopg
+from psycopg import sql
+
+from db.pool import connection
+
+MIGRATION_LOCK = 7_160_001  # advisory lock key held while migrating
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: str
+    sql: str
+
+
+def _load(kind: str) -> tuple[Migration, ...]:
+    folder = resources.files(__package__).joinpath(kind)
+    files = sorted(
+        (f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name
+    )
+    return tuple(Migration(f.name.removesuffix(".sql"), f.read_text()) for f in files)
+
+
+CONTROL = _load("control")
+TENANT = _load("tenant")
+
+_BOOTSTRAP = """
+CREATE SCHEMA IF NOT EXISTS control;
+CREATE TABLE IF NOT EXISTS control.schema_migrations (
+    schema_name text NOT NULL,
+    version     text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schema_name, version)
+);
+"""
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    applied: tuple[tuple[str, str], ...]  # (schema, version) pairs applied by this run
+
+
+def _applied(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> set[str]:
+    rows = conn.execute(
+        "SELECT version FROM control.schema_migrations WHERE schema_name = %s", [schema]
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def apply_tenant_migrations(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[str]:
+    """Apply pending tenant migrations to one schema, inside the caller's transaction."""
+    done = _applied(conn, schema)
+    applied = []
+    for migration in TENANT:
+        if migration.version in done:
+            continue
+        conn.execute("SELECT set_config('search_path', %s, true)", [f"{schema}, public"])
+        conn.execute(migration.sql.encode())
+        conn.execute(
+            "INSERT INTO control.schema_migrations (schema_name, version) VALUES (%s, %s)",
+            [schema, migration.version],
+        )
+        applied.append(migration.version)
+    return applied
+
+
+def _lock(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+
+
+def ensure_control_schema(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """Bootstrap and migrate the control schema inside the caller's transaction."""
+    _lock(conn)
+    conn.execute(_BOOTSTRAP.encode())
+    done = _applied(conn, "control")
+    applied = []
+    for migration in CONTROL:
+        if migration.version not in done:
+            conn.execute(migration.sql.encode())
+            conn.execute(
+                "INSERT INTO control.schema_migrations (schema_name, version) VALUES ('control', %s)",
+                [migration.version],
+            )
+            applied.append(migration.version)
+    return applied
+
+
+def migrate_all() -> MigrationReport:
+    """Bring the control schema and every tenant schema up to date. Idempotent."""
+    applied: list[tuple[str, str]] = []
+    with connection() as conn:
+        with conn.transaction():
+            applied += [("control", v) for v in ensure_control_schema(conn)]
+        schemas = [
+            str(r[0])
+            for r in conn.execute("SELECT schema_name FROM control.tenants ORDER BY id").fetchall()
+        ]
+        for schema in schemas:
+            with conn.transaction():
+                _lock(conn)
+                applied += [(schema, v) for v in apply_tenant_migrations(conn, schema)]
+    return MigrationReport(tuple(applied))
+
+
+def drop_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

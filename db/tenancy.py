@@ -1,0 +1,109 @@
+"""Tenants in the control schema, and the tenant transaction every tenant query runs in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from db.errors import NotMigrated
+from db.migrations import apply_tenant_migrations, ensure_control_schema
+from db.pool import connection
+from domain.errors import Conflict, NotFound
+from domain.identity import schema_for, valid_name, valid_slug, valid_zone
+
+Connection = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: int
+    slug: str
+    name: str
+    schema: str
+    time_zone: str
+    status: str
+
+
+@dataclass(frozen=True)
+class TenantTx:
+    """An open transaction whose search_path is one tenant's schema (transaction-local)."""
+
+    conn: Connection
+    tenant: Tenant
+
+
+_TENANT_COLUMNS = "id, slug, name, schema_name, time_zone, status"
+
+
+def _tenant(row: tuple[object, ...]) -> Tenant:
+    return Tenant(int(str(row[0])), str(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]))
+
+
+def create_tenant(slug: str, name: str, time_zone: str) -> Tenant:
+    """Create the tenant row, its schema and every tenant migration in one transaction:
+    a failure anywhere leaves nothing behind."""
+    slug, name, time_zone = valid_slug(slug), valid_name(name, "tenant name"), valid_zone(time_zone)
+    schema = schema_for(slug)
+    with connection() as conn, conn.transaction():
+        ensure_control_schema(conn)
+        row = conn.execute(
+            f"INSERT INTO control.tenants (slug, name, schema_name, time_zone) "
+            f"VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING {_TENANT_COLUMNS}",
+            [slug, name, schema, time_zone],
+        ).fetchone()
+        if row is None:
+            raise Conflict(f"tenant {slug!r} exists already")
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        apply_tenant_migrations(conn, schema)
+        return _tenant(row)
+
+
+def list_tenants(*, active_only: bool = False) -> list[Tenant]:
+    where = "WHERE status = 'active'" if active_only else ""
+    with connection() as conn, not_migrated_is_an_error():
+        rows = conn.execute(
+            f"SELECT {_TENANT_COLUMNS} FROM control.tenants {where} ORDER BY slug"
+        ).fetchall()
+    return [_tenant(r) for r in rows]
+
+
+@contextmanager
+def not_migrated_is_an_error() -> Iterator[None]:
+    try:
+        yield
+    except psycopg.errors.UndefinedTable:
+        raise NotMigrated("the database has no Tocsin schema yet: run `tocsin migrate`") from None
+
+
+def _load_tenant(conn: Connection, slug: str) -> Tenant:
+    with not_migrated_is_an_error():
+        row = conn.execute(
+            f"SELECT {_TENANT_COLUMNS} FROM control.tenants WHERE slug = %s", [slug]
+        ).fetchone()
+    if row is None:
+        raise NotFound(f"unknown tenant {slug!r}")
+    return _tenant(row)
+
+
+def get_tenant(slug: str) -> Tenant:
+    with connection() as conn:
+        return _load_tenant(conn, valid_slug(slug))
+
+
+@contextmanager
+def tenant_tx(slug: str) -> Iterator[TenantTx]:
+    """A transaction scoped to one tenant.
+
+    The schema comes from control.tenants, never from the caller, and search_path is set
+    with set_config(..., true) — the SET LOCAL form — so it ends with the transaction and a
+    pooled connection never carries one tenant's schema into the next request.
+    """
+    valid_slug(slug)
+    with connection() as conn, conn.transaction():
+        tenant = _load_tenant(conn, slug)
+        conn.execute("SELECT set_config('search_path', %s, true)", [f"{tenant.schema}, public"])
+        yield TenantTx(conn, tenant)

@@ -1,0 +1,21 @@
+"""The one exception hierarchy of Tocsin's domain.
+
+Each error is mapped to an exit code in one place (the CLI) and to an HTTP response in
+one place (the portal); messages are written for the person who has to act on them.
+"""
+
+
+class TocsinError(Exception):
+    """Base of every error Tocsin raises on purpose."""
+
+
+class InvalidInput(TocsinError):
+    """Input a person typed is malformed (a slug, a date, a time zone, an email)."""
+
+
+class NotFound(TocsinError):
+    """The thing named does not exist (or is not visible to the caller)."""
+
+
+class Conflict(TocsinError):
+    """The thing to create exists already."""

@@ -1,0 +1,255 @@
+"""The `tocsin` command. Errors map to exit codes here and only here: bad input prints one
+line on stderr and exits 2 having written nothing; an unreachable service exits 1."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import NoReturn
+
+from domain.errors import TocsinError
+from domain.identity import (
+    parse_date,
+    parse_instant,
+    valid_email,
+    valid_plan,
+    valid_role,
+    valid_slug,
+    valid_zone,
+)
+from tocsin.config import ConfigError
+
+EXIT_BAD_INPUT = 2
+EXIT_UNAVAILABLE = 1
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"tocsin: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _out(line: str = "") -> None:
+    print(line, flush=True)
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def cmd_migrate(args: argparse.Namespace) -> None:
+    from db.migrations import migrate_all
+
+    report = migrate_all()
+    if not report.applied:
+        _out("Database is up to date; nothing to apply.")
+    for schema, version in report.applied:
+        _out(f"applied {version} to {schema}")
+
+
+def cmd_tenant_create(args: argparse.Namespace) -> None:
+    from db.tenancy import create_tenant
+
+    slug, zone = valid_slug(args.slug), valid_zone(args.tz)
+    tenant = create_tenant(slug, args.name, zone)
+    _out(f"created tenant {tenant.slug} ({tenant.name}) in schema {tenant.schema}, zone {zone}")
+
+
+def cmd_tenant_list(args: argparse.Namespace) -> None:
+    from db.tenancy import list_tenants
+
+    tenants = list_tenants()
+    if not tenants:
+        _out("No tenants yet. Create one with `tocsin tenant create SLUG --name NAME --tz ZONE`.")
+        return
+    _out(f"{'SLUG':<20} {'ZONE':<22} {'STATUS':<10} NAME")
+    for t in tenants:
+        _out(f"{t.slug:<20} {t.time_zone:<22} {t.status:<10} {t.name}")
+
+
+def cmd_client_create(args: argparse.Namespace) -> None:
+    from db.clients import create_client
+    from db.tenancy import tenant_tx
+
+    slug, expires, plan = valid_slug(args.tenant), parse_date(args.expires), valid_plan(args.plan)
+    zone = valid_zone(args.tz) if args.tz else None
+    with tenant_tx(slug) as tx:
+        client = create_client(tx, args.name, expires, plan, zone)
+    _out(f"created client {client.id} ({client.name}), {client.plan}, access until "
+         f"{client.access_expires_on.isoformat()}")
+
+
+def cmd_user_create(args: argparse.Namespace) -> None:
+    from db.tenancy import tenant_tx
+    from db.users import create_user, generate_password
+
+    slug, email, role = valid_slug(args.tenant), valid_email(args.email), valid_role(args.role)
+    password = args.password or generate_password()
+    with tenant_tx(slug) as tx:
+        user = create_user(tx, email, role, password, client_id=args.client, display_name=args.name)
+    _out(f"created {user.role.value} {user.email} (id {user.id}) in tenant {slug}")
+    if not args.password:
+        _out(f"password: {password}")
+
+
+def cmd_seed_demo(args: argparse.Namespace) -> None:
+    from tocsin.demo import seed_demo
+
+    for line in seed_demo():
+        _out(line)
+
+
+def cmd_scan(args: argparse.Namespace) -> None:
+    from actors.scan import run_scan
+    from db.tenancy import get_tenant, list_tenants
+
+    as_of = parse_instant(args.as_of) if args.as_of else datetime.now(UTC)
+    if args.tenant:
+        slugs = [get_tenant(valid_slug(args.tenant)).slug]
+    else:
+        slugs = [t.slug for t in list_tenants(active_only=True)]
+    _out(f"Scanning {len(slugs)} tenant(s) as of {as_of.isoformat()}")
+    for index, slug in enumerate(slugs, 1):
+        r = run_scan(slug, as_of)
+        c = r.counts
+        _out(f"[{index}/{len(slugs)}] {slug}: claimed {c.claimed}, skipped {c.skipped}, "
+             f"expired {c.expired}, closed {c.closed}, emails enqueued {r.enqueued}")
+
+
+def cmd_ledger(args: argparse.Namespace) -> None:
+    from db.ledger import LEDGER_FIELDS, iter_ledger
+    from db.tenancy import tenant_tx
+
+    slug = valid_slug(args.tenant)
+    with tenant_tx(slug) as tx:
+        rows = iter_ledger(tx)
+        if args.csv:
+            writer = csv.writer(sys.stdout, lineterminator="\n")
+            writer.writerow(LEDGER_FIELDS)
+            for row in rows:
+                writer.writerow(
+                    "" if v is None else v.isoformat() if hasattr(v, "isoformat") else v
+                    for v in (getattr(row, f) for f in LEDGER_FIELDS)
+                )
+            return
+        _out(f"{'ID':>6}  {'SUBJECT':<28} {'THRESHOLD':<9} {'DUE ON':<10}  {'STATUS':<9} "
+             f"{'CLAIMED (UTC)':<19}  {'DELIVERED (UTC)':<19}  EMAILS")
+        count = 0
+        for row in rows:
+            count += 1
+            subject = f"{row.subject_name or '?'} #{row.subject_id}"[:28]
+            delivered = row.delivered_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") \
+                if row.delivered_at else "-"
+            _out(f"{row.id:>6}  {subject:<28} {row.threshold:<9} {row.due_on.isoformat():<10}  "
+                 f"{row.status:<9} {row.claimed_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  "
+                 f"{delivered:<19}  {row.emails_accepted}/{row.deliveries}")
+        if count == 0:
+            _out("(the ledger is empty: no milestone has been claimed yet)")
+
+
+def cmd_up(args: argparse.Namespace) -> None:
+    from tocsin.processes import run_everything
+
+    run_everything()
+
+
+def cmd_web(args: argparse.Namespace) -> None:
+    from tocsin.processes import run_web
+
+    run_web()
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    from tocsin.processes import run_worker
+
+    sys.exit(run_worker(args.processes, args.threads))
+
+
+def cmd_clock(args: argparse.Namespace) -> None:
+    from actors.clock import run_clock
+
+    run_clock()
+
+
+# --- parser ---------------------------------------------------------------------------
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="tocsin", description="Tocsin: compliance notifications, exactly once.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    def command(name: str, handler: Callable[[argparse.Namespace], None], help: str,
+                parent: argparse._SubParsersAction[Parser] = sub) -> Parser:
+        p = parent.add_parser(name, help=help, description=help)
+        p.set_defaults(handler=handler)
+        return p
+
+    command("migrate", cmd_migrate, "apply pending migrations to the control and tenant schemas")
+
+    tenant = sub.add_parser("tenant", help="create and list tenants")
+    tenant_sub = tenant.add_subparsers(dest="tenant_command", required=True, parser_class=Parser)
+    p = command("create", cmd_tenant_create, "create a tenant and its schema", tenant_sub)
+    p.add_argument("slug")
+    p.add_argument("--name", required=True)
+    p.add_argument("--tz", required=True, help="default IANA time zone, e.g. Europe/London")
+    command("list", cmd_tenant_list, "list tenants", tenant_sub)
+
+    client = sub.add_parser("client", help="create client organisations")
+    client_sub = client.add_subparsers(dest="client_command", required=True, parser_class=Parser)
+    p = command("create", cmd_client_create, "create a client with an annual licence", client_sub)
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--expires", required=True, help="access expiry date, YYYY-MM-DD")
+    p.add_argument("--plan", default="standard", help="standard (default) or enterprise")
+    p.add_argument("--tz", help="the client's IANA time zone (default: the tenant's)")
+
+    user = sub.add_parser("user", help="create users")
+    user_sub = user.add_subparsers(dest="user_command", required=True, parser_class=Parser)
+    p = command("create", cmd_user_create, "create a user", user_sub)
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--email", required=True)
+    p.add_argument("--role", required=True, help="admin, member or client_user")
+    p.add_argument("--client", type=int, help="client id (client_user only)")
+    p.add_argument("--password", help="at least 8 characters (default: generated and printed)")
+    p.add_argument("--name", default="", help="display name")
+
+    command("seed-demo", cmd_seed_demo, "create the demo tenant, clients and users (idempotent)")
+
+    p = command("scan", cmd_scan, "claim due licence milestones now and enqueue their emails")
+    p.add_argument("--tenant", help="one tenant (default: every active tenant)")
+    p.add_argument("--as-of", help="ISO-8601 instant with offset (default: now)")
+
+    p = command("ledger", cmd_ledger, "print a tenant's notification ledger")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--csv", action="store_true", help="CSV on stdout")
+
+    command("up", cmd_up, "run everything: embedded services, migrate, seed, web + worker + clock")
+    command("web", cmd_web, "run the portal (ASGI server)")
+    p = command("worker", cmd_worker, "run the Dramatiq worker (own session, signals forwarded)")
+    p.add_argument("--processes", type=int, default=2)
+    p.add_argument("--threads", type=int, default=4)
+    command("clock", cmd_clock, "enqueue a scan tick at start and every SCAN_INTERVAL_SECONDS")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    from db.errors import DatabaseUnavailable
+
+    try:
+        args.handler(args)
+    except DatabaseUnavailable as error:
+        print(f"tocsin: error: {error}", file=sys.stderr)
+        sys.exit(EXIT_UNAVAILABLE)
+    except (TocsinError, ConfigError) as error:
+        print(f"tocsin: error: {error}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

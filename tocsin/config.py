@@ -1,0 +1,98 @@
+"""Settings, read once from the environment into a typed object.
+
+A bad value fails loudly at start-up with the variable's name; secrets never appear in
+the repr, so a settings object can be logged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed."""
+
+
+SECRET_FIELDS = frozenset({"aws_secret_access_key", "session_secret"})
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    redis_url: str
+    ses_endpoint_url: str | None
+    aws_region: str
+    aws_access_key_id: str | None
+    aws_secret_access_key: str | None = field(repr=False)
+    mail_from: str
+    portal_url: str
+    web_host: str
+    web_port: int
+    session_secret: str = field(repr=False)
+    dramatiq_namespace: str
+    scan_interval_seconds: int  # seconds between two clock ticks
+    delivery_lease_seconds: int  # seconds a worker owns a delivery before it may be taken over
+    home: Path  # where embedded services keep their data
+    db_pool_max: int
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f.name}={'***' if f.name in SECRET_FIELDS else getattr(self, f.name)!r}"
+            for f in fields(self)
+        )
+        return f"Settings({shown})"
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "")
+    if not value:
+        raise ConfigError(
+            f"{name} is not set; run through `tocsin up` (embedded services) or set it"
+        )
+    return value
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    port = _int(env, "PORT", 8000)
+    host = env.get("WEB_HOST", "127.0.0.1")
+    database_url = _required(env, "DATABASE_URL")
+    redis_url = _required(env, "REDIS_URL")
+    if not database_url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("DATABASE_URL must be a postgresql:// URL")
+    if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("REDIS_URL must be a redis:// URL")
+    return Settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        ses_endpoint_url=env.get("SES_ENDPOINT_URL") or None,
+        aws_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "eu-west-1",
+        aws_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+        aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+        mail_from=env.get("MAIL_FROM", "Tocsin <notifications@tocsin.example>"),
+        portal_url=env.get("PORTAL_URL", f"http://{host}:{port}").rstrip("/"),
+        web_host=host,
+        web_port=port,
+        session_secret=env.get("SESSION_SECRET", "dev-only-session-secret-change-me"),
+        dramatiq_namespace=env.get("DRAMATIQ_NAMESPACE", "tocsin"),
+        scan_interval_seconds=_int(env, "SCAN_INTERVAL_SECONDS", 15 * 60),
+        delivery_lease_seconds=_int(env, "DELIVERY_LEASE_SECONDS", 5 * 60),
+        home=Path(env.get("TOCSIN_HOME", ".tocsin")).resolve(),
+        db_pool_max=_int(env, "DB_POOL_MAX", 10),
+    )

@@ -1,0 +1,97 @@
+"""The processes of the Procfile, and `tocsin up`, which runs them all on embedded services."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+from tocsin.config import load_settings
+from tocsin.services import start_embedded, wants_local_aws
+
+
+def run_web() -> None:
+    import uvicorn
+
+    settings = load_settings()
+    uvicorn.run(
+        "portal.app:create_app", factory=True, host=settings.web_host, port=settings.web_port,
+        log_level="info", proxy_headers=True,
+    )
+
+
+def run_worker(processes: int, threads: int) -> int:
+    """Run `dramatiq actors` in its own session and forward the first stop signal once.
+
+    honcho signals a whole process group; if Dramatiq's worker processes received that
+    signal directly as well as from their parent they would be killed mid-message.
+    """
+    command = [sys.executable, "-m", "dramatiq", "actors",
+               "--processes", str(processes), "--threads", str(threads)]
+    child = subprocess.Popen(command, start_new_session=True)
+    forwarded = False
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        nonlocal forwarded
+        if not forwarded and child.poll() is None:
+            forwarded = True
+            child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return child.wait()
+
+
+def _procfile() -> Path:
+    for candidate in (Path.cwd() / "Procfile", Path(__file__).resolve().parent.parent / "Procfile"):
+        if candidate.exists():
+            return candidate
+    raise SystemExit("tocsin: error: no Procfile found; run `tocsin up` from the project folder")
+
+
+def run_everything() -> None:
+    """`make run`: start what the environment does not name, migrate, seed the demo
+    tenant, then run web, worker and clock under honcho until Ctrl-C."""
+    procfile = _procfile()
+    home = Path(os.environ.get("TOCSIN_HOME", ".tocsin")).resolve()
+    print(f"Starting Tocsin (state in {home}) ...", flush=True)
+    services = start_embedded(home, os.environ)
+    try:
+        os.environ.update(services.env)
+        for line in services.started:
+            print(f"  started {line}", flush=True)
+        settings = load_settings()
+        from db.migrations import migrate_all
+        from tocsin.demo import seed_demo
+
+        report = migrate_all()
+        print(f"  migrations: {len(report.applied)} applied", flush=True)
+        if wants_local_aws(os.environ) or services.env.get("SES_ENDPOINT_URL"):
+            from actors.ses import SesMailer
+
+            SesMailer(settings).ensure_sender_identity()
+        demo_lines = list(seed_demo())
+        honcho = shutil.which("honcho") or str(Path(sys.executable).parent / "honcho")
+        print("", flush=True)
+        print(f"  Portal:  {settings.portal_url}/", flush=True)
+        for line in demo_lines:
+            print(f"  {line}", flush=True)
+        if settings.ses_endpoint_url:
+            print(f"  Sent email (local SES): {settings.ses_endpoint_url}/moto-api/data.json",
+                  flush=True)
+        print("  Press Ctrl-C to stop everything.\n", flush=True)
+        process = subprocess.Popen(
+            [honcho, "start", "-f", str(procfile), "-d", str(procfile.parent)], env=os.environ
+        )
+        # Ctrl-C reaches honcho too (same terminal); let it stop its processes in order.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, lambda s, f: process.send_signal(signal.SIGTERM))
+        process.wait()
+    finally:
+        print("Stopping embedded services ...", flush=True)
+        services.stop()
+        print("Stopped.", flush=True)
