@@ -1,0 +1,48 @@
+"""Test services: real PostgreSQL, Redis and a local SES endpoint.
+
+When DATABASE_URL / REDIS_URL are unset the embedded ones are started (as `make run`
+does); set them to run against real servers. The local SES endpoint is always started
+unless SES_ENDPOINT_URL names one: the suite never talks to real AWS. Each run uses its
+own Dramatiq namespace, so a shared Redis carries no messages between runs.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_services = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _services
+    if os.environ.get("TOCSIN_TEST_SERVICES_READY"):
+        return
+    from tocsin.services import start_embedded
+
+    home = Path(os.environ.get("TOCSIN_TEST_HOME", ROOT / ".tocsin" / "test"))
+    env = dict(os.environ)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_ROLE_ARN"):
+        env.pop(name, None)
+        os.environ.pop(name, None)
+    _services = start_embedded(home, env)
+    os.environ.update(_services.env)
+    os.environ.setdefault("MAIL_FROM", "Tocsin Tests <notifications@tocsin.example>")
+    os.environ["DRAMATIQ_NAMESPACE"] = f"tocsin-test-{uuid.uuid4().hex[:8]}"
+    os.environ["TOCSIN_TEST_SERVICES_READY"] = "1"  # inherited by worker subprocesses
+
+    from db.migrations import migrate_all
+
+    migrate_all()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _services is not None:
+        from db.pool import close_pool
+
+        close_pool()
+        _services.stop()
