@@ -79,3 +79,53 @@ def license_events(tx: TenantTx, client_id: int) -> list[tuple[str, date, str | 
         [client_id],
     ).fetchall()
     return [(str(r[0]), r[1], None if r[2] is None else str(r[2]), str(r[3])) for r in rows]  # type: ignore[misc]
+
+
+RENEWAL_TERM_SQL = "interval '1 year'"
+
+
+def renew_licence(
+    tx: TenantTx, client_id: int, today: date, actor: str, actor_user_id: int | None = None
+) -> Client:
+    """Extend access one year past the later of the current expiry and ``today`` and make
+    the client active; a new due date means new ledger keys, so the next cycle's reminders
+    are claimed afresh. Reminders still waiting to be sent for the old date are cancelled.
+    """
+    before = tx.conn.execute(
+        f"SELECT {_COLUMNS} FROM clients WHERE id = %s FOR UPDATE", [client_id]
+    ).fetchone()
+    if before is None:
+        raise NotFound(f"no client with id {client_id} in tenant {tx.tenant.slug!r}")
+    old = _client(before)
+    row = tx.conn.execute(
+        f"""
+        UPDATE clients
+        SET status = 'active', updated_at = now(),
+            access_expires_on = (greatest(access_expires_on, %(today)s) + {RENEWAL_TERM_SQL})::date
+        WHERE id = %(id)s
+        RETURNING {_COLUMNS}
+        """,
+        {"id": client_id, "today": today},
+    ).fetchone()
+    assert row is not None
+    renewed = _client(row)
+    event = "renewed" if old.status != "closed" else "reactivated"
+    tx.conn.execute(
+        "INSERT INTO license_events (client_id, event, access_expires_on, actor, actor_user_id) "
+        "VALUES (%s, %s, %s, %s, %s)",
+        [client_id, event, renewed.access_expires_on, actor, actor_user_id],
+    )
+    tx.conn.execute(
+        """
+        UPDATE notification_deliveries d
+        SET status = 'cancelled', status_reason = 'licence renewed before delivery',
+            updated_at = now()
+        FROM notifications n
+        JOIN notification_ledger l ON l.id = n.ledger_id
+        WHERE d.notification_id = n.id AND d.status IN ('pending', 'deferred', 'batched')
+          AND l.rule = 'licence' AND l.subject_kind = 'client' AND l.subject_id = %s
+          AND l.due_on = %s
+        """,
+        [client_id, old.access_expires_on],
+    )
+    return renewed

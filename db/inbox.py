@@ -1,4 +1,5 @@
-"""A user's inbox: the feed (newest first, keyset-paginated) and the unread badge."""
+"""A user's inbox: the feed (newest first, keyset-paginated), the unread badge, writing a
+notification into it and marking one read."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
+from psycopg.types.json import Jsonb
+
 from db.tenancy import TenantTx
+from domain.errors import InvalidInput, NotFound
 
 PAGE_SIZE = 20  # notifications per page of the feed
 
@@ -24,6 +29,16 @@ class InboxItem:
     @property
     def unread(self) -> bool:
         return self.read_at is None
+
+
+_ITEM_COLUMNS = "id, category, title, body, data, created_at, read_at"
+
+
+def _item(row: tuple[object, ...]) -> InboxItem:
+    data, created_at, read_at = row[4], row[5], row[6]
+    assert isinstance(data, dict) and isinstance(created_at, datetime)
+    assert read_at is None or isinstance(read_at, datetime)
+    return InboxItem(int(str(row[0])), str(row[1]), str(row[2]), str(row[3]), data, created_at, read_at)
 
 
 @dataclass(frozen=True)
@@ -46,7 +61,7 @@ def inbox_page(
         params |= {"created_at": after.created_at, "id": after.id}
     rows = tx.conn.execute(
         f"""
-        SELECT id, category, title, body, data, created_at, read_at
+        SELECT {_ITEM_COLUMNS}
         FROM notifications
         WHERE recipient_user_id = %(user)s AND archived_at IS NULL {keyset}
         ORDER BY created_at DESC, id DESC
@@ -54,7 +69,7 @@ def inbox_page(
         """,
         params,
     ).fetchall()
-    items = [InboxItem(*row) for row in rows[:limit]]  # type: ignore[arg-type]
+    items = [_item(row) for row in rows[:limit]]
     next_cursor = Cursor(items[-1].created_at, items[-1].id) if len(rows) > limit else None
     return items, next_cursor
 
@@ -68,3 +83,60 @@ def unread_count(tx: TenantTx, user_id: int) -> int:
     ).fetchone()
     assert row is not None
     return int(str(row[0]))
+
+
+def add_to_inbox(
+    tx: TenantTx,
+    recipient_user_id: int,
+    category: str,
+    title: str,
+    body: str,
+    data: dict[str, Any] | None = None,
+    *,
+    idempotency_key: str,
+) -> InboxItem | None:
+    """Put one notification in a user's inbox. A repeated idempotency key writes nothing and
+    returns None, so a retried producer never shows the same notice twice."""
+    try:
+        with tx.conn.transaction():  # a savepoint: a rejected row leaves the caller's tx usable
+            row = tx.conn.execute(
+                f"""
+                INSERT INTO notifications
+                    (recipient_user_id, category, title, body, data, idempotency_key)
+                VALUES (%s, %s, %s, %s, %s, %s)
+                ON CONFLICT (idempotency_key) DO NOTHING
+                RETURNING {_ITEM_COLUMNS}
+                """,
+                [recipient_user_id, category, title, body, Jsonb(data or {}), idempotency_key],
+            ).fetchone()
+    except psycopg.errors.CheckViolation:
+        raise InvalidInput(f"unknown notification category {category!r}") from None
+    except psycopg.errors.ForeignKeyViolation:
+        raise NotFound(f"no user with id {recipient_user_id} in tenant {tx.tenant.slug!r}") from None
+    return None if row is None else _item(row)
+
+
+# Reading a notification is the recipient's acknowledgement: the first read of a claimed
+# notice stamps its ledger row (acknowledged_at/by), the evidence an inspector asks for.
+# Later reads, by anyone, leave that first acknowledgement untouched.
+_MARK_READ = f"""
+WITH marked AS (
+    UPDATE notifications SET read_at = coalesce(read_at, now())
+    WHERE id = %(id)s AND recipient_user_id = %(user)s
+    RETURNING {_ITEM_COLUMNS}, ledger_id
+), acknowledged AS (
+    UPDATE notification_ledger l SET acknowledged_at = marked.read_at, acknowledged_by = %(user)s
+    FROM marked
+    WHERE l.id = marked.ledger_id AND l.acknowledged_at IS NULL
+)
+SELECT {_ITEM_COLUMNS} FROM marked
+"""
+
+
+def mark_read(tx: TenantTx, user_id: int, notification_id: int) -> InboxItem:
+    """Mark one of the user's own notifications read (again is harmless: the first read time
+    stays). Another user's notification is indistinguishable from a missing one."""
+    row = tx.conn.execute(_MARK_READ, {"id": notification_id, "user": user_id}).fetchone()
+    if row is None:
+        raise NotFound(f"no notification {notification_id} in this inbox")
+    return _item(row)

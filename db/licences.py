@@ -86,7 +86,10 @@ RETURNING status
 """
 
 # Reminders speak to active clients, grace nudges to expired ones. Every window that has
-# begun yields a row: due if today is still inside it, skipped if a later one has begun.
+# begun yields a row: claimed if today is still inside it, skipped if a later one has begun.
+# Runs after the expiry (so a client expired by this scan gets its grace nudge, and its
+# missed reminders are recorded) and before the close (so grace windows that passed
+# unobserved are recorded before the client leaves the scan's range).
 _CLAIM = f"""
 WITH w AS (
     SELECT * FROM unnest(
@@ -98,14 +101,19 @@ WITH w AS (
     SELECT c.id, c.access_expires_on, c.plan, c.status, {_local_today()} AS local_today
     FROM clients c
     WHERE c.status IN ('active', 'expired') AND c.access_expires_on <= %(horizon)s
-), due AS (
-    SELECT c.id, w.threshold, c.access_expires_on, c.local_today,
+), begun AS (
+    SELECT c.id, w.threshold, w.stage, c.status, c.access_expires_on, c.local_today,
            w.ends IS NOT NULL AND c.local_today >= c.access_expires_on + w.ends AS passed
     FROM candidates c
     JOIN w ON c.access_expires_on + w.starts <= c.local_today
           AND (NOT w.enterprise_only OR c.plan = 'enterprise')
-          AND ((w.stage = '{Stage.REMINDER.value}' AND c.status = 'active')
-               OR (w.stage = '{Stage.GRACE.value}' AND c.status = 'expired'))
+), due AS (
+    SELECT * FROM begun b
+    -- A window that has passed is recorded (skipped) whatever the status; one that is
+    -- open is claimed only if it speaks to the client's current status.
+    WHERE b.passed
+       OR (b.stage = '{Stage.REMINDER.value}' AND b.status = 'active')
+       OR (b.stage = '{Stage.GRACE.value}' AND b.status = 'expired')
 ), claimed AS (
     INSERT INTO notification_ledger
         (rule, subject_kind, subject_id, threshold, due_on, status, status_reason, local_date)
@@ -163,8 +171,8 @@ def claim_due_milestones(tx: TenantTx, as_of: datetime) -> ClaimCounts:
     params = _parameters(as_of, tx.tenant.time_zone)
     conn = tx.conn
     expired = conn.execute(_EXPIRE, params).fetchall()
-    closed = conn.execute(_CLOSE, params).fetchall()
     claimed_rows = conn.execute(_CLAIM, params).fetchall()
+    closed = conn.execute(_CLOSE, params).fetchall()
     e_claimed, e_skipped = _tally(expired)
     r_claimed, r_skipped = _tally(claimed_rows)
     return ClaimCounts(

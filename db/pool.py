@@ -11,6 +11,7 @@ from psycopg_pool import ConnectionPool
 
 from db.errors import DatabaseUnavailable
 
+CONNECT_TIMEOUT = 10  # seconds to wait for PostgreSQL to accept a connection
 _lock = threading.Lock()
 _pool: ConnectionPool | None = None
 
@@ -22,6 +23,7 @@ def open_pool(database_url: str, *, max_size: int = 10, min_size: int = 1) -> Co
     with _lock:
         if _pool is not None:
             _pool.close()
+        _probe(database_url)
         _pool = ConnectionPool(
             database_url,
             min_size=min(min_size, max_size),
@@ -36,6 +38,16 @@ def open_pool(database_url: str, *, max_size: int = 10, min_size: int = 1) -> Co
             _pool = None
             raise DatabaseUnavailable(f"cannot reach PostgreSQL: {error}") from None
         return _pool
+
+
+def _probe(database_url: str) -> None:
+    """Fail fast, in one line, when the server is unreachable, instead of letting the pool
+    retry in the background for its whole timeout."""
+    try:
+        psycopg.connect(database_url, connect_timeout=CONNECT_TIMEOUT).close()
+    except psycopg.OperationalError as error:
+        reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        raise DatabaseUnavailable(f"cannot reach PostgreSQL: {reason}") from None
 
 
 def get_pool() -> ConnectionPool:

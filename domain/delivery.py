@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 
-MAX_ATTEMPTS = 8  # attempts per delivery before it ends failed
-BASE_DELAY = timedelta(seconds=60)  # first retry delay; doubles each attempt
+MAX_ATTEMPTS = 8  # attempts per delivery before it ends failed (about 3-6 hours of retries)
+BASE_DELAY = timedelta(minutes=5)  # ceiling of the first retry delay; doubles each attempt
 MAX_DELAY = timedelta(hours=2)  # no single wait is longer than this
 
 

@@ -111,11 +111,11 @@ def _start_redis(services: EmbeddedServices, home: Path) -> None:
 def _start_local_aws(services: EmbeddedServices, home: Path) -> None:
     port = free_port()
     script = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
-    log = (home / "local-aws.log").open("ab")
-    process = subprocess.Popen(
-        [script, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log,
-        start_new_session=True,
-    )
+    with (home / "local-aws.log").open("ab") as log:
+        process = subprocess.Popen(
+            [script, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log,
+            start_new_session=True,
+        )
     services._processes.append(process)
     url = f"http://127.0.0.1:{port}"
 

@@ -1,0 +1,1 @@
+"""Benchmarks: figures printed by scripts (`python -m bench.scan`), never timed tests."""

@@ -1,0 +1,74 @@
+"""Small builders for integration tests: clients and users through the real db functions,
+and read-backs of the ledger and deliveries."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from db.clients import Client, create_client
+from db.tenancy import Tenant, tenant_tx
+from db.users import User, create_user
+from domain.identity import Plan, Role
+
+PASSWORD = "correct-horse-battery"
+
+
+def local_instant(zone: str, year: int, month: int, day: int, hour: int, minute: int,
+                  fold: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=ZoneInfo(zone), fold=fold)
+
+
+def add_client(tenant: Tenant, expires: date, *, name: str = "Client", plan: Plan = Plan.STANDARD,
+               zone: str | None = None, users: int = 1) -> tuple[Client, list[User]]:
+    with tenant_tx(tenant.slug) as tx:
+        client = create_client(tx, name, expires, plan, zone)
+        people = [
+            create_user(tx, f"user{n}.client{client.id}@example.com", Role.CLIENT_USER, PASSWORD,
+                        client_id=client.id)
+            for n in range(users)
+        ]
+    return client, people
+
+
+def add_admin(tenant: Tenant, email: str = "admin@example.com") -> User:
+    with tenant_tx(tenant.slug) as tx:
+        return create_user(tx, email, Role.ADMIN, PASSWORD)
+
+
+def ledger(tenant: Tenant) -> list[dict[str, Any]]:
+    with tenant_tx(tenant.slug) as tx, tx.conn.cursor() as cur:
+        cur.execute(
+            "SELECT subject_id, threshold, due_on, status, local_date, delivered_at "
+            "FROM notification_ledger ORDER BY subject_id, threshold"
+        )
+        names = [d.name for d in cur.description or []]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def claimed(tenant: Tenant) -> set[tuple[int, str]]:
+    return {(r["subject_id"], r["threshold"]) for r in ledger(tenant) if r["status"] == "claimed"}
+
+
+def skipped(tenant: Tenant) -> set[tuple[int, str]]:
+    return {(r["subject_id"], r["threshold"]) for r in ledger(tenant) if r["status"] == "skipped"}
+
+
+def scalar(tenant: Tenant, query: str, *params: object) -> Any:
+    with tenant_tx(tenant.slug) as tx:
+        row = tx.conn.execute(query, list(params)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def delivery_statuses(tenant: Tenant) -> dict[str, int]:
+    with tenant_tx(tenant.slug) as tx:
+        rows = tx.conn.execute(
+            "SELECT status, count(*) FROM notification_deliveries GROUP BY status"
+        ).fetchall()
+    return {str(s): int(str(n)) for s, n in rows}
+
+
+def days(n: int) -> timedelta:
+    return timedelta(days=n)

@@ -1,0 +1,74 @@
+"""The expiry is a guarded state change: the notice exists only for the pass whose UPDATE
+returned the row, and a client renewed in time is never expired."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, date, datetime, timedelta
+
+from actors.scan import run_scan
+from db.clients import get_client, license_events, renew_licence
+from db.tenancy import Tenant, tenant_tx
+from tests.integration.builders import add_admin, add_client, claimed, ledger
+from tests.integration.conftest import RunningWorker, SesOutbox
+
+EXPIRES = date(2027, 8, 1)
+EXPIRY_MORNING = datetime(2027, 8, 1, 8, 0, tzinfo=UTC)
+
+
+def test_two_concurrent_expiry_passes_give_one_expired_notice(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    client, _ = add_client(tenant, EXPIRES, users=1)
+    add_admin(tenant)
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def expire() -> None:
+        try:
+            barrier.wait()
+            run_scan(tenant.slug, EXPIRY_MORNING)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=expire) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    worker.drain()
+
+    assert errors == []
+    with tenant_tx(tenant.slug) as tx:
+        assert get_client(tx, client.id).status == "expired"
+        events = [e[0] for e in license_events(tx, client.id)]
+    assert events.count("expired") == 1
+    assert claimed(tenant) == {(client.id, "expiry")}
+    notices = [e for e in ses.sent() if "annual licence expired" in e.subject]
+    assert len(notices) == 2  # the client user and the admin, once each
+
+
+def test_a_client_renewed_before_its_expiry_date_is_not_expired(tenant: Tenant) -> None:
+    client, _ = add_client(tenant, EXPIRES, users=0)
+    with tenant_tx(tenant.slug) as tx:
+        renewed = renew_licence(tx, client.id, today=EXPIRES - timedelta(days=3), actor="test")
+    assert renewed.access_expires_on == date(2028, 8, 1)
+
+    run_scan(tenant.slug, EXPIRY_MORNING)
+    run_scan(tenant.slug, EXPIRY_MORNING + timedelta(days=2))
+
+    with tenant_tx(tenant.slug) as tx:
+        assert get_client(tx, client.id).status == "active"
+    assert [r for r in ledger(tenant) if r["threshold"] in ("expiry", "grace1")] == []
+
+
+def test_a_client_past_grace_is_closed_once_and_its_data_kept(tenant: Tenant) -> None:
+    client, _ = add_client(tenant, EXPIRES, users=0)
+    run_scan(tenant.slug, EXPIRY_MORNING)
+    for day in (14, 15, 40):
+        run_scan(tenant.slug, EXPIRY_MORNING + timedelta(days=day))
+    with tenant_tx(tenant.slug) as tx:
+        assert get_client(tx, client.id).status == "closed"
+        events = [e[0] for e in license_events(tx, client.id)]
+    assert events == ["created", "expired", "closed"]
+    assert (client.id, "closed") in claimed(tenant)

@@ -1,0 +1,166 @@
+"""Exactly one claim per (rule, subject, threshold, due date), whatever happens to the
+scan: repeated, replayed all day, raced eight ways, or killed between commit and enqueue."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+from actors.scan import enqueue_deliveries, run_scan, scan_tenant, tick
+from db.deliveries import deliveries_to_enqueue
+from db.ledger import prepare_claims
+from db.licences import claim_due_milestones
+from db.tenancy import Tenant, tenant_tx
+from tests.integration.builders import add_admin, add_client, claimed, delivery_statuses, ledger, scalar
+from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
+
+AS_OF = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
+TODAY = AS_OF.date()
+
+
+def _recipients_per_claim(tenant: Tenant) -> int:
+    return int(scalar(tenant, "SELECT count(*) FROM notifications"))
+
+
+def test_three_scans_for_the_same_instant_claim_once(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    add_admin(tenant)
+    client, _ = add_client(tenant, TODAY + timedelta(days=7), users=2)
+
+    reports = [run_scan(tenant.slug, AS_OF) for _ in range(3)]
+    worker.drain()
+
+    assert [r.counts.claimed for r in reports] == [1, 0, 0]
+    assert claimed(tenant) == {(client.id, "d7")}
+    sent = ses.sent()
+    assert sorted(e.to for e in sent) == sorted(
+        ["admin@example.com", f"user0.client{client.id}@example.com",
+         f"user1.client{client.id}@example.com"]
+    )
+    assert len({e.message_id for e in sent}) == 3
+    assert delivery_statuses(tenant) == {"accepted": 3}
+
+
+def test_replaying_a_whole_day_of_ticks_creates_no_new_rows_and_no_new_emails(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    add_admin(tenant)
+    for offset in (-30, -14, -7, -1, 0, 1, 3, 7, 14):
+        add_client(tenant, TODAY - timedelta(days=offset))
+    day_start = datetime(2027, 3, 10, 0, 5, tzinfo=UTC)
+    run_scan(tenant.slug, day_start)
+    worker.drain()
+    rows_before, emails_before = len(ledger(tenant)), len(ses.sent())
+    assert rows_before > 0 and emails_before > 0
+
+    # The rest of the day's ticks, one every 15 minutes, through the real actor and worker.
+    for n in range(1, 96):
+        scan_tenant.send(tenant.slug, (day_start + timedelta(minutes=15 * n)).isoformat())
+    worker.drain()
+
+    assert len(ledger(tenant)) == rows_before
+    assert len(ses.sent()) == emails_before
+
+
+def test_eight_concurrent_scans_give_one_row_per_key_and_one_email_per_recipient(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    add_admin(tenant)
+    clients = [
+        add_client(tenant, TODAY + timedelta(days=offset), name=f"C{offset}", users=2)[0]
+        for offset in (-10, -5, -2, 0, 1, 2, 5, 7, 9, 14, 20, 30)
+    ]
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def scan() -> None:
+        try:
+            barrier.wait()
+            run_scan(tenant.slug, AS_OF)
+        except BaseException as error:  # a deadlock or unique violation would land here
+            errors.append(error)
+
+    threads = [threading.Thread(target=scan) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    worker.drain()
+
+    assert errors == []
+    rows = ledger(tenant)
+    keys = [(r["subject_id"], r["threshold"], r["due_on"]) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert {c for c, _ in claimed(tenant)} == {c.id for c in clients}  # one current milestone each
+    deliveries = int(scalar(tenant, "SELECT count(*) FROM notification_deliveries"))
+    assert deliveries == _recipients_per_claim(tenant) == len(clients) * 3
+    sent = ses.sent()
+    assert len(sent) == deliveries
+    assert len({(e.to, e.subject) for e in sent}) == deliveries
+
+
+def test_a_scan_that_dies_after_commit_before_enqueueing_is_healed_by_the_next_scan(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    add_admin(tenant)
+    for offset in (1, 7, 14, 30):
+        add_client(tenant, TODAY + timedelta(days=offset), users=2)
+
+    # The first scan's steps, up to its death: claims and deliveries commit...
+    with tenant_tx(tenant.slug) as tx:
+        claim_due_milestones(tx, AS_OF)
+        prepare_claims(tx)
+        pending = deliveries_to_enqueue(tx)
+    # ...and only some of its emails reach the queue before the process is gone.
+    enqueue_deliveries(tenant.slug, pending[: len(pending) // 3])
+    worker.drain()
+    assert len(ses.sent()) == len(pending) // 3
+
+    run_scan(tenant.slug, AS_OF)  # the re-run
+    worker.drain()
+
+    sent = ses.sent()
+    assert len(pending) == 12
+    assert len(sent) == len(pending)
+    assert len({e.message_id for e in sent}) == len(pending)
+    assert delivery_statuses(tenant) == {"accepted": len(pending)}
+    assert all(r["delivered_at"] is not None for r in ledger(tenant) if r["status"] == "claimed")
+
+
+def test_a_scan_that_dies_inside_its_transaction_leaves_nothing_and_the_rerun_claims_all(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    add_client(tenant, TODAY + timedelta(days=7))
+
+    class Crash(Exception):
+        pass
+
+    try:
+        with tenant_tx(tenant.slug) as tx:
+            claim_due_milestones(tx, AS_OF)
+            raise Crash
+    except Crash:
+        pass
+    assert ledger(tenant) == []
+
+    run_scan(tenant.slug, AS_OF)
+    worker.drain()
+    assert len(claimed(tenant)) == 1
+    assert len(ses.sent()) == 1
+
+
+def test_the_tick_fans_out_one_scan_per_tenant(
+    make_tenant: object, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    tenants = [make_tenant() for _ in range(2)]  # type: ignore[operator]
+    for t in tenants:
+        add_client(t, TODAY + timedelta(days=7))
+
+    tick.send(AS_OF.isoformat())
+    worker.drain()
+
+    for t in tenants:
+        wait_until(lambda t=t: len(claimed(t)) == 1, "each tenant's claim")
+    mine = {f"user0.client1@example.com"}
+    assert {e.to for e in ses.sent()} >= mine

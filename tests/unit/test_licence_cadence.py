@@ -1,0 +1,114 @@
+"""The licence cadence as windows over calendar dates, table-driven."""
+
+from datetime import date, timedelta
+
+import pytest
+
+from domain.identity import Plan
+from domain.licence import (
+    CADENCE,
+    Outcome,
+    Stage,
+    current_milestone,
+    due_date,
+    milestone_outcomes,
+    window_table,
+    windows_for,
+)
+
+EXPIRES = date(2027, 3, 31)
+
+
+def at(offset: int) -> date:
+    return EXPIRES + timedelta(days=offset)
+
+
+@pytest.mark.parametrize(
+    ("offset", "plan", "expected"),
+    [
+        (-200, Plan.ENTERPRISE, None),
+        (-91, Plan.ENTERPRISE, None),
+        (-90, Plan.ENTERPRISE, "d90"),
+        (-61, Plan.ENTERPRISE, "d90"),
+        (-60, Plan.ENTERPRISE, "d60"),
+        (-90, Plan.STANDARD, None),
+        (-60, Plan.STANDARD, None),
+        (-31, Plan.STANDARD, None),
+        (-30, Plan.STANDARD, "d30"),
+        (-30, Plan.ENTERPRISE, "d30"),
+        (-15, Plan.STANDARD, "d30"),
+        (-14, Plan.STANDARD, "d14"),
+        (-8, Plan.STANDARD, "d14"),
+        (-7, Plan.STANDARD, "d7"),
+        (-2, Plan.STANDARD, "d7"),
+        (-1, Plan.STANDARD, "d1"),
+        (0, Plan.STANDARD, "expiry"),
+        (1, Plan.STANDARD, "grace1"),
+        (2, Plan.STANDARD, "grace1"),
+        (3, Plan.STANDARD, "grace3"),
+        (6, Plan.STANDARD, "grace3"),
+        (7, Plan.STANDARD, "grace7"),
+        (13, Plan.STANDARD, "grace7"),
+        (14, Plan.STANDARD, "closed"),
+        (400, Plan.STANDARD, "closed"),
+    ],
+)
+def test_the_current_milestone_is_the_window_that_contains_local_today(
+    offset: int, plan: Plan, expected: str | None
+) -> None:
+    milestone = current_milestone(EXPIRES, plan, at(offset))
+    assert (milestone.threshold if milestone else None) == expected
+
+
+@pytest.mark.parametrize(
+    ("offset", "plan", "due", "skipped"),
+    [
+        (-31, Plan.STANDARD, [], []),
+        (-30, Plan.STANDARD, ["d30"], []),
+        (-7, Plan.STANDARD, ["d7"], ["d30", "d14"]),
+        (-7, Plan.ENTERPRISE, ["d7"], ["d90", "d60", "d30", "d14"]),
+        (0, Plan.STANDARD, ["expiry"], ["d30", "d14", "d7", "d1"]),
+        (5, Plan.STANDARD, ["grace3"], ["d30", "d14", "d7", "d1", "expiry", "grace1"]),
+    ],
+)
+def test_windows_that_have_passed_are_skipped_not_sent_late(
+    offset: int, plan: Plan, due: list[str], skipped: list[str]
+) -> None:
+    outcomes = milestone_outcomes(EXPIRES, plan, at(offset))
+    assert [m.threshold for m, o in outcomes if o is Outcome.DUE] == due
+    assert [m.threshold for m, o in outcomes if o is Outcome.SKIPPED] == skipped
+
+
+def test_at_most_one_milestone_is_due_on_any_day() -> None:
+    for plan in Plan:
+        for offset in range(-120, 60):
+            outcomes = milestone_outcomes(EXPIRES, plan, at(offset))
+            assert sum(1 for _, o in outcomes if o is Outcome.DUE) <= 1
+
+
+def test_windows_tile_the_calendar_without_gaps_or_overlaps() -> None:
+    for plan in Plan:
+        windows = windows_for(plan)
+        for earlier, later in zip(windows, windows[1:], strict=False):
+            assert earlier.ends == later.starts
+        assert windows[-1].ends is None
+
+
+def test_standard_plans_have_no_ninety_or_sixty_day_reminder() -> None:
+    thresholds = [w.milestone.threshold for w in windows_for(Plan.STANDARD)]
+    assert thresholds == ["d30", "d14", "d7", "d1", "expiry", "grace1", "grace3", "grace7", "closed"]
+
+
+def test_the_flat_window_table_matches_both_plans() -> None:
+    rows = {r.threshold: r for r in window_table()}
+    assert list(rows) == [m.threshold for m in CADENCE]
+    for plan in Plan:
+        for w in windows_for(plan):
+            row = rows[w.milestone.threshold]
+            assert (row.starts, row.ends) == (w.starts, w.ends)
+    assert rows["expiry"].stage is Stage.EXPIRY and rows["closed"].stage is Stage.CLOSE
+
+
+def test_a_milestones_due_date_is_its_window_opening_day() -> None:
+    d7 = next(m for m in CADENCE if m.threshold == "d7")
+    assert due_date(EXPIRES, d7) == date(2027, 3, 24)
