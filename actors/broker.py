@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, ShutdownNotifications, TimeLimit
+from dramatiq.middleware import (
+    AgeLimit,
+    Callbacks,
+    Pipelines,
+    Retries,
+    ShutdownNotifications,
+    TimeLimit,
+)
 
 from tocsin.config import load_settings
 
 _settings = load_settings()
 
-broker = RedisBroker(
+broker = RedisBroker(  # type: ignore[no-untyped-call]
     url=_settings.redis_url,
     namespace=_settings.dramatiq_namespace,
     # A worker that dies holds its messages until another one notices it is gone; keep

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
 
+from psycopg.rows import class_row
+
 from db.tenancy import TenantTx
 from domain.licence import CATEGORY, COPY, RULE
 
@@ -111,20 +113,19 @@ LEDGER_FIELDS = tuple(LedgerRow.__dataclass_fields__)
 def iter_ledger(tx: TenantTx, batch_size: int = 1000) -> Iterator[LedgerRow]:
     """Every ledger row, oldest claim first, streamed with a server-side cursor."""
     query = """
-        SELECT l.id, l.rule, l.subject_kind, l.subject_id, c.name, l.threshold, l.due_on,
+        SELECT l.id, l.rule, l.subject_kind, l.subject_id, c.name AS subject_name, l.threshold, l.due_on,
                l.status, l.status_reason, l.local_date, l.claimed_at, l.delivered_at,
                l.acknowledged_at,
                (SELECT count(*) FROM notifications n JOIN notification_deliveries d
-                    ON d.notification_id = n.id WHERE n.ledger_id = l.id),
+                    ON d.notification_id = n.id WHERE n.ledger_id = l.id) AS deliveries,
                (SELECT count(*) FROM notifications n JOIN notification_deliveries d
                     ON d.notification_id = n.id
-                 WHERE n.ledger_id = l.id AND d.status IN ('accepted', 'delivered'))
+                 WHERE n.ledger_id = l.id AND d.status IN ('accepted', 'delivered')) AS emails_accepted
         FROM notification_ledger l
         LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
         ORDER BY l.claimed_at, l.id
     """
-    with tx.conn.cursor(name="ledger_export") as cursor:
+    with tx.conn.cursor(name="ledger_export", row_factory=class_row(LedgerRow)) as cursor:
         cursor.itersize = batch_size
         cursor.execute(query)
-        for row in cursor:
-            yield LedgerRow(*row)
+        yield from cursor

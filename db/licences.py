@@ -10,7 +10,7 @@ deadlocking.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 from db.tenancy import TenantTx
 from domain.licence import GRACE_DAYS, RULE, SUBJECT_KIND, Stage, window_table
@@ -141,7 +141,7 @@ def _parameters(as_of: datetime, tenant_tz: str) -> dict[str, object]:
     # No client's local date can be later than the UTC date plus a day, and no milestone
     # opens earlier than the cadence's first offset: clients expiring after this horizon
     # have nothing due, and the (status, access_expires_on) index skips them.
-    horizon = as_of.astimezone(timezone.utc).date() + _ZONE_SLACK - timedelta(days=min(w.starts for w in windows))
+    horizon = as_of.astimezone(UTC).date() + _ZONE_SLACK - timedelta(days=min(w.starts for w in windows))
     return {
         "as_of": as_of,
         "tenant_tz": tenant_tz,

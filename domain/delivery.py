@@ -41,7 +41,7 @@ def retry_delay(attempt: int, jitter: float) -> timedelta:
     ``jitter`` is a number in [0, 1) the caller draws."""
     if not 0 <= jitter < 1:
         raise ValueError("jitter must be in [0, 1)")
-    ceiling = min(BASE_DELAY * (2 ** (attempt - 1)), MAX_DELAY)
+    ceiling = min(BASE_DELAY * (1 << (attempt - 1)), MAX_DELAY)
     return ceiling / 2 + (ceiling / 2) * jitter
 
 

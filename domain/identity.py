@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -83,7 +83,7 @@ def parse_instant(text: str) -> datetime:
         raise InvalidInput(
             f"instant {text!r} has no UTC offset: add one, e.g. {text}+00:00 or {text}Z"
         )
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 def valid_email(email: str) -> str:

@@ -73,7 +73,7 @@ def _start_postgres(services: EmbeddedServices, home: Path) -> None:
 
     # cleanup_mode=None: no process's exit stops the server behind another's back; the
     # process that started it stops it explicitly.
-    server = pgserver.get_server(home / "pg", cleanup_mode=None)
+    server = pgserver.get_server(home / "pg", cleanup_mode=None)  # type: ignore[attr-defined]
     services._postgres = server
     services.env["DATABASE_URL"] = server.get_uri()
     services.started.append(f"PostgreSQL (embedded, data in {home / 'pg'})")

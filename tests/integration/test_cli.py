@@ -62,8 +62,8 @@ def test_tenant_create_and_list(capsys: pytest.CaptureFixture[str]) -> None:
         assert_refused(capsys, None, "exists already",
                        "tenant", "create", slug, "--name", "Again", "--tz", "UTC")
     finally:
-        from tests.integration.conftest import remove_tenant
         from db.tenancy import get_tenant
+        from tests.integration.conftest import remove_tenant
 
         remove_tenant(get_tenant(slug))
 

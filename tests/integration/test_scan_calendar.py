@@ -9,7 +9,14 @@ import pytest
 
 from actors.scan import run_scan
 from db.tenancy import Tenant
-from tests.integration.builders import add_admin, add_client, claimed, ledger, local_instant, skipped
+from tests.integration.builders import (
+    add_admin,
+    add_client,
+    claimed,
+    ledger,
+    local_instant,
+    skipped,
+)
 from tests.integration.conftest import RunningWorker, SesOutbox
 
 

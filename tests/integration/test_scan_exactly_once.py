@@ -11,7 +11,14 @@ from db.deliveries import deliveries_to_enqueue
 from db.ledger import prepare_claims
 from db.licences import claim_due_milestones
 from db.tenancy import Tenant, tenant_tx
-from tests.integration.builders import add_admin, add_client, claimed, delivery_statuses, ledger, scalar
+from tests.integration.builders import (
+    add_admin,
+    add_client,
+    claimed,
+    delivery_statuses,
+    ledger,
+    scalar,
+)
 from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
 
 AS_OF = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
@@ -162,5 +169,5 @@ def test_the_tick_fans_out_one_scan_per_tenant(
 
     for t in tenants:
         wait_until(lambda t=t: len(claimed(t)) == 1, "each tenant's claim")
-    mine = {f"user0.client1@example.com"}
+    mine = {"user0.client1@example.com"}
     assert {e.to for e in ses.sent()} >= mine

@@ -1,5 +1,6 @@
 """The licence cadence as windows over calendar dates, table-driven."""
 
+import itertools
 from datetime import date, timedelta
 
 import pytest
@@ -89,7 +90,7 @@ def test_at_most_one_milestone_is_due_on_any_day() -> None:
 def test_windows_tile_the_calendar_without_gaps_or_overlaps() -> None:
     for plan in Plan:
         windows = windows_for(plan)
-        for earlier, later in zip(windows, windows[1:], strict=False):
+        for earlier, later in itertools.pairwise(windows):
             assert earlier.ends == later.starts
         assert windows[-1].ends is None
 

@@ -1,0 +1,169 @@
+"""deliver_email through the real worker and the local SES endpoint: the claim commits
+before the send, the result write is fenced, duplicates send once, failures are recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from actors.email import deliver_email
+from actors.scan import run_scan
+from actors.ses import Accepted, Mailer, OutgoingEmail, ProviderError, SesMailer, set_mailer
+from db.deliveries import claim_delivery, record_accepted
+from db.tenancy import Tenant, tenant_tx
+from domain.delivery import ErrorClass
+from tests.integration.builders import add_client, ledger, scalar
+from tests.integration.conftest import RunningWorker, SesOutbox
+from tocsin.config import load_settings
+
+AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
+
+
+class FailingMailer:
+    """Provider fault injection: the next ``failures`` sends raise, the rest go through."""
+
+    def __init__(self, error_class: ErrorClass, failures: int):
+        self.real: Mailer = SesMailer(load_settings())
+        self.error_class = error_class
+        self.failures = failures
+        self.calls = 0
+
+    def send(self, email: OutgoingEmail) -> Accepted:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ProviderError(self.error_class, f"injected {self.error_class.value} failure",
+                                "req-injected")
+        return self.real.send(email)
+
+
+@pytest.fixture
+def restore_mailer() -> Iterator[None]:
+    yield
+    set_mailer(None)
+
+
+def _one_pending_delivery(tenant: Tenant) -> int:
+    add_client(tenant, AS_OF.date() + timedelta(days=7), name="Mail Ltd", users=1)
+    with tenant_tx(tenant.slug) as tx:
+        from db.ledger import prepare_claims
+        from db.licences import claim_due_milestones
+
+        claim_due_milestones(tx, AS_OF)
+        prepare_claims(tx)
+    return int(scalar(tenant, "SELECT id FROM notification_deliveries"))
+
+
+def test_an_email_carries_a_deterministic_message_id_tags_and_a_deep_link(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    delivery_id = _one_pending_delivery(tenant)
+    deliver_email.send(tenant.slug, delivery_id)
+    worker.drain()
+
+    [sent] = ses.sent()
+    assert sent.message_id == f"<delivery-{delivery_id}.{tenant.slug}@tocsin.example>"
+    assert sent.subject == "Mail Ltd: one week until access pauses"
+    assert "/licence" in sent.body
+    with tenant_tx(tenant.slug) as tx:
+        row = tx.conn.execute(
+            "SELECT status, provider_message_id, attempts, lease_until, accepted_at "
+            "FROM notification_deliveries WHERE id = %s", [delivery_id]).fetchone()
+        attempts = tx.conn.execute(
+            "SELECT attempt_no, outcome, provider_message_id, provider_request_id, ended_at "
+            "FROM delivery_attempts WHERE delivery_id = %s", [delivery_id]).fetchall()
+    assert row is not None
+    status, provider_id, count, lease, accepted_at = row
+    assert (status, count, lease) == ("accepted", 1, None)
+    assert provider_id and accepted_at is not None
+    assert len(attempts) == 1
+    assert attempts[0][:3] == (1, "accepted", provider_id)
+    assert attempts[0][3] and attempts[0][4] is not None
+    [claimed_row] = [r for r in ledger(tenant) if r["status"] == "claimed"]
+    assert claimed_row["delivered_at"] is not None
+
+
+def test_the_same_message_delivered_three_times_sends_once(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    delivery_id = _one_pending_delivery(tenant)
+    for _ in range(3):
+        deliver_email.send(tenant.slug, delivery_id)
+    worker.drain()
+    assert len(ses.sent()) == 1
+    assert scalar(tenant, "SELECT attempts FROM notification_deliveries") == 1
+
+
+def test_a_stale_workers_late_result_write_changes_nothing(
+    tenant: Tenant, ses: SesOutbox
+) -> None:
+    delivery_id = _one_pending_delivery(tenant)
+    with tenant_tx(tenant.slug) as tx:
+        stale = claim_delivery(tx, delivery_id, lease_seconds=60)
+    assert stale is not None
+    # The lease is taken over (as the sweeper will do once it has expired).
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE notification_deliveries SET status = 'pending' WHERE id = %s",
+                        [delivery_id])
+        fresh = claim_delivery(tx, delivery_id, lease_seconds=60)
+    assert fresh is not None and fresh.claim_token != stale.claim_token
+    with tenant_tx(tenant.slug) as tx:
+        assert record_accepted(tx, stale, "stale-provider-id", None) is False
+        assert record_accepted(tx, fresh, "fresh-provider-id", None) is True
+    assert scalar(tenant, "SELECT provider_message_id FROM notification_deliveries") == \
+        "fresh-provider-id"
+
+
+def test_a_transient_failure_is_recorded_and_left_pending_for_a_later_retry(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox, restore_mailer: None
+) -> None:
+    delivery_id = _one_pending_delivery(tenant)
+    set_mailer(FailingMailer(ErrorClass.TRANSIENT, failures=1))
+    deliver_email.send(tenant.slug, delivery_id)
+    worker.drain()
+
+    assert ses.sent() == []
+    with tenant_tx(tenant.slug) as tx:
+        row = tx.conn.execute(
+            "SELECT status, send_after > now(), last_error_class, enqueued_at "
+            "FROM notification_deliveries WHERE id = %s", [delivery_id]).fetchone()
+        attempt = tx.conn.execute(
+            "SELECT outcome, error_class, provider_request_id FROM delivery_attempts").fetchone()
+    assert row == ("pending", True, "transient", None)
+    assert attempt == ("retry", "transient", "req-injected")
+
+    # Once due, the next scan re-enqueues it and it goes out.
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE notification_deliveries SET send_after = now()")
+    run_scan(tenant.slug, AS_OF)
+    worker.drain()
+    assert len(ses.sent()) == 1
+    assert scalar(tenant, "SELECT status FROM notification_deliveries") == "accepted"
+
+
+def test_a_permanent_failure_ends_failed_at_once(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox, restore_mailer: None
+) -> None:
+    delivery_id = _one_pending_delivery(tenant)
+    set_mailer(FailingMailer(ErrorClass.PERMANENT, failures=1))
+    deliver_email.send(tenant.slug, delivery_id)
+    worker.drain()
+    run_scan(tenant.slug, AS_OF)  # nothing to re-enqueue: failed is final
+    worker.drain()
+    assert ses.sent() == []
+    assert scalar(tenant, "SELECT status || ':' || attempts FROM notification_deliveries") == \
+        "failed:1"
+
+
+def test_a_recipient_deactivated_after_the_claim_is_not_emailed(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    delivery_id = _one_pending_delivery(tenant)
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE users SET deactivated_at = now()")
+    deliver_email.send(tenant.slug, delivery_id)
+    worker.drain()
+    assert ses.sent() == []
+    assert scalar(tenant, "SELECT status || ':' || status_reason FROM notification_deliveries") \
+        == "cancelled:recipient deactivated before the send"

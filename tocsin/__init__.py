@@ -1,0 +1,1 @@
+"""Tocsin's application shell: settings, embedded services, processes and the CLI."""
