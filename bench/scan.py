@@ -1,23 +1,25 @@
 """Licence-scan throughput: figures, not a timed test.
 
     python -m bench.scan [--clients 200000] [--tenants 100] [--naive-sample 2000]
-                         [--as-of 2027-03-28T09:00:00Z] [--keep]
+                         [--as-of 2027-03-28T09:00:00Z] [--workers CPUS] [--seed 1] [--keep]
 
 Builds ``--clients`` clients spread over ``--tenants`` bench tenants (slugs bench-0001...),
 about a tenth of them with a milestone due (expiring within the next 30 days or just
 expired), the rest expiring more than 120 days out. Then, in one run, it measures claims/s
 (ledger rows written per second) for:
 
-  (a) the project's scan: ``actors.scan.run_scan`` for every tenant, one after another
-      (claim + prepare + commit + enqueue, exactly what the ``scan_tenant`` actor runs);
+  (a) the project's scan, as production runs it: one ``scan_tenant`` message per tenant
+      (the tick's fan-out) through Redis to a real Dramatiq worker with ``--workers``
+      threads (default: one per CPU; ``--workers 1`` scans one tenant after another);
   (b) the naive design: for a sample of due (client, threshold) pairs computed in Python
       by ``domain.licence``, one transaction per pair: SELECT the key, INSERT if absent;
   (c) the raw ceiling: one bare ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` of as many
       rows as (a) wrote, into an empty table identical to ``notification_ledger``;
   (d) a replay of (a) at the same instant, when everything is claimed already.
 
-and prints each figure, the ratios a/c, a/b and the replay speed-up, whether each goal is
-met, and a Markdown table the README can quote.
+(in the order a, d, c, b, each after a CHECKPOINT) and prints each figure, the ratios a/c,
+a/b and the replay speed-up, whether each goal is met, and a Markdown table the README can
+quote.
 
 DATABASE_URL / REDIS_URL name the services; when either is unset the embedded ones are
 started under .tocsin/bench. The bench tenants are marked suspended (so a clock running on
@@ -32,12 +34,11 @@ import contextlib
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ import psycopg
 from psycopg import sql
 
 from domain.identity import Plan, parse_instant, schema_for
-from domain.licence import RULE, SUBJECT_KIND, Outcome, milestone_outcomes
+from domain.licence import CADENCE, RULE, SUBJECT_KIND, Outcome, milestone_outcomes
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -66,7 +67,9 @@ CLIENT_ZONES: tuple[str | None, ...] = (
     None, None, None, None, None, "America/Los_Angeles", "Asia/Tokyo", "Pacific/Auckland",
     "Europe/Berlin",
 )
-HORIZON_DAYS = 91  # a milestone can be due only for clients expiring before today + this
+# A milestone can be due only for clients expiring before the UTC date + this (a local date is
+# at most a day ahead of UTC, and the earliest window opens 90 days before expiry).
+HORIZON_DAYS = 1 - min(m.offset_days for m in CADENCE)
 
 LEDGER_COLUMNS = (
     "rule", "subject_kind", "subject_id", "threshold", "due_on", "status", "status_reason",
@@ -102,15 +105,12 @@ class Figure:
         return self.rows / self.seconds if self.seconds > 0 else float("inf")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScanTotals:
-    expired: int = 0
-    closed: int = 0
-    claimed: int = 0
-    skipped: int = 0
-    prepared: int = 0
-    enqueued: int = 0
-    per_tenant_seconds: list[float] = field(default_factory=list)
+    expired: int
+    closed: int
+    claimed: int
+    skipped: int
 
     @property
     def claims(self) -> int:
@@ -147,6 +147,7 @@ def machine_facts(conn: Connection, embedded: bool) -> list[tuple[str, str]]:
         ("shared_buffers", show("shared_buffers")),
         ("synchronous_commit", show("synchronous_commit")),
         ("fsync", show("fsync")),
+        ("autovacuum", show("autovacuum")),
     ]
 
 
@@ -272,12 +273,18 @@ def due_pairs(
 
 
 def create_scratch(conn: Connection, template: BenchTenant) -> None:
+    """Two empty tables identical to notification_ledger: LIKE ... INCLUDING ALL copies the
+    columns, defaults, identity, checks and every index (the unique key included); the one
+    foreign key is added by hand, since every insert into the real table pays its check."""
     like = sql.Identifier(template.schema, "notification_ledger")
+    users = sql.Identifier(template.schema, "users")
     conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(SCRATCH)))
     for table in ("naive_ledger", "raw_ledger"):
+        name = sql.Identifier(SCRATCH, table)
+        conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(name, like))
         conn.execute(
-            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
-                sql.Identifier(SCRATCH, table), like
+            sql.SQL("ALTER TABLE {} ADD FOREIGN KEY (acknowledged_by) REFERENCES {} (id)").format(
+                name, users
             )
         )
 
@@ -285,22 +292,50 @@ def create_scratch(conn: Connection, template: BenchTenant) -> None:
 # -- the four measurements ---------------------------------------------------------------
 
 
-def project_scan(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[ScanTotals, float]:
-    from actors.scan import run_scan
+def project_scan(
+    conn: Connection, tenants: Sequence[BenchTenant], as_of: datetime, workers: int
+) -> tuple[ScanTotals, float]:
+    """The project's scan of all tenants as production runs it: one scan_tenant message per
+    tenant (the tick's fan-out) through Redis to a real Dramatiq worker with ``workers``
+    threads, timed from the first send until the worker has finished the last scan.
+    What the scans did is read back from the tenants' tables afterwards (untimed)."""
+    import dramatiq
 
-    totals = ScanTotals()
-    started = time.perf_counter()
+    from actors.broker import broker
+    from actors.scan import scan_tenant
+
+    before = scan_outcomes(conn, tenants)
+    worker = dramatiq.Worker(broker, queues={"scan"}, worker_threads=workers, worker_timeout=20)
+    worker.start()
+    try:
+        started = time.perf_counter()
+        for t in tenants:
+            scan_tenant.send(t.slug, as_of.isoformat())
+        broker.join("scan", interval=5)
+        worker.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        worker.stop()
+    after = scan_outcomes(conn, tenants)
+    return ScanTotals(*(a - b for a, b in zip(after, before, strict=True))), elapsed
+
+
+def scan_outcomes(conn: Connection, tenants: Sequence[BenchTenant]) -> tuple[int, int, int, int]:
+    """(expired, closed, claimed, skipped) so far, summed over the bench tenants."""
+    totals = [0, 0, 0, 0]
     for t in tenants:
-        t0 = time.perf_counter()
-        report = run_scan(t.slug, as_of)
-        totals.per_tenant_seconds.append(time.perf_counter() - t0)
-        totals.expired += report.counts.expired
-        totals.closed += report.counts.closed
-        totals.claimed += report.counts.claimed
-        totals.skipped += report.counts.skipped
-        totals.prepared += report.prepared
-        totals.enqueued += report.enqueued
-    return totals, time.perf_counter() - started
+        row = conn.execute(sql.SQL(
+            """
+            SELECT (SELECT count(*) FROM {events} WHERE event = 'expired'),
+                   (SELECT count(*) FROM {events} WHERE event = 'closed'),
+                   count(*) FILTER (WHERE status = 'claimed'),
+                   count(*) FILTER (WHERE status = 'skipped')
+            FROM {ledger}
+            """).format(events=sql.Identifier(t.schema, "license_events"),
+                        ledger=sql.Identifier(t.schema, "notification_ledger"))).fetchone()
+        assert row is not None
+        totals = [total + int(v) for total, v in zip(totals, row, strict=True)]
+    return totals[0], totals[1], totals[2], totals[3]
 
 
 def ledger_rows(conn: Connection, tenants: Sequence[BenchTenant]) -> int:
@@ -370,6 +405,10 @@ def raw_ceiling(conn: Connection, tenants: Sequence[BenchTenant]) -> tuple[int, 
 # -- report ------------------------------------------------------------------------------
 
 
+def ratio(top: float, bottom: float) -> float:
+    return top / bottom if bottom > 0 else float("inf")
+
+
 def verdict(value: float, goal: float) -> str:
     return "met" if value >= goal else "MISSED"
 
@@ -387,9 +426,9 @@ def report(
     d: Figure,
     replay_checked: int,
 ) -> None:
-    a_over_c = a.rate / c.rate
-    a_over_b = a.rate / b.rate
-    speedup = a.seconds / d.seconds if d.seconds > 0 else float("inf")
+    a_over_c = ratio(a.rate, c.rate)
+    a_over_b = ratio(a.rate, b.rate)
+    speedup = ratio(a.seconds, d.seconds)
     say()
     say("Figures (claims = ledger rows written; claims/s = claims / wall-clock seconds)")
     say(f"  {'measurement':<52} {'claims':>9} {'seconds':>9} {'claims/s':>11}")
@@ -397,7 +436,7 @@ def report(
         say(f"  {fig.label:<52} {fig.rows:>9,} {fig.seconds:>9.3f} {fmt_rate(fig.rate):>11}")
     say(f"  {d.label:<52} {d.rows:>9,} {d.seconds:>9.3f} {'-':>11}")
     say(f"      replay re-checked {replay_checked:,} claimed keys "
-        f"({fmt_rate(replay_checked / d.seconds if d.seconds else 0)} keys/s)")
+        f"({fmt_rate(ratio(replay_checked, d.seconds))} keys/s)")
     say()
     say("Ratios")
     say(f"  a/c  project scan / raw ceiling             {a_over_c:8.2f}   "
@@ -453,6 +492,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="claims the naive design makes, one transaction each (2000)")
     parser.add_argument("--as-of", type=parse_instant, default=None,
                         help="the scan's instant, ISO-8601 with an offset (default: now)")
+    parser.add_argument("--workers", type=positive, default=os.cpu_count() or 1,
+                        help="threads of the Dramatiq worker running (a) and (d) "
+                             "(default: one per CPU; 1: one tenant after another)")
     parser.add_argument("--seed", type=int, default=1, help="random seed for the data (1)")
     parser.add_argument("--keep", action="store_true", help="keep the bench tenants afterwards")
     args = parser.parse_args(argv)
@@ -463,8 +505,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, embedded: bool) -> None:
     from db.migrations import migrate_all
+    from db.pool import open_pool
+    from tocsin.config import load_settings
 
     as_of: datetime = args.as_of or datetime.now(UTC)
+    # Open the pool now, with one connection per scanning thread, so that no timed phase
+    # pays for opening connections.
+    settings = load_settings()
+    open_pool(
+        settings.database_url,
+        max_size=max(settings.db_pool_max, args.workers),
+        min_size=args.workers,
+    )
     migrate_all()
     conn = connect()
     try:
@@ -487,24 +539,19 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
         create_scratch(conn, tenants[0])
         say(f"  domain/licence yields {len(pairs):,} (client, threshold) rows at as_of")
 
-        say("(a) project scan: run_scan(slug, as_of) for every tenant, sequentially ...")
-        say("    (bench tenants have no users, so prepare writes no inbox rows and no email is "
-            "enqueued; prepare still marks every claim prepared)")
+        say(f"(a) project scan: one scan_tenant message per tenant, through Redis, to a Dramatiq "
+            f"worker with {args.workers} thread(s) ...")
+        say("    (bench tenants have no users: claims write no inbox rows and enqueue no email)")
         try_checkpoint(conn)
-        scan, a_seconds = project_scan(tenants, as_of)
+        scan, a_seconds = project_scan(conn, tenants, as_of, args.workers)
         written = ledger_rows(conn, tenants)
         say(f"    {scan.claims:,} claims ({scan.claimed:,} claimed + {scan.skipped:,} skipped), "
-            f"{scan.expired:,} clients expired, {scan.closed:,} closed, "
-            f"{scan.prepared:,} prepared, "
-            f"{scan.enqueued} enqueued; ledger rows counted: {written:,} "
+            f"{scan.expired:,} clients expired, {scan.closed:,} closed; "
+            f"ledger rows counted: {written:,} "
             f"({'matches' if written == scan.claims else 'DOES NOT MATCH'})")
-        per = sorted(scan.per_tenant_seconds)
-        say(f"    per tenant: min {per[0] * 1000:.1f} ms, "
-            f"median {statistics.median(per) * 1000:.1f} ms, max {per[-1] * 1000:.1f} ms")
-
         say("(d) replay of (a) at the same instant ...")
         try_checkpoint(conn)
-        replay, d_seconds = project_scan(tenants, as_of)
+        replay, d_seconds = project_scan(conn, tenants, as_of, args.workers)
         after = ledger_rows(conn, tenants)
         say(f"    {replay.claims:,} new claims, {replay.expired + replay.closed} transitions; "
             f"ledger rows now {after:,} ({'unchanged' if after == written else 'CHANGED'})")
@@ -521,9 +568,10 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
         naive_inserted, b_seconds = naive_claims(conn, sample)
         say(f"    {naive_inserted:,} rows inserted")
 
+        threads = "" if args.workers == 1 else f", {args.workers} threads"
         report(
             facts, args,
-            Figure(f"(a) project scan, {args.tenants} tenants", scan.claims, a_seconds),
+            Figure(f"(a) project scan, {args.tenants} tenants{threads}", scan.claims, a_seconds),
             Figure("(b) naive, one transaction per claim (sample)", naive_inserted, b_seconds),
             Figure("(c) raw ceiling, one INSERT ... SELECT", inserted, c_seconds),
             Figure("(d) replay of (a), everything claimed", replay.claims, d_seconds),
@@ -551,7 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # exists (only in the copy it reads; nothing is exported).
         wanted = dict(os.environ)
         wanted.setdefault("SES_ENDPOINT_URL", "http://127.0.0.1:9")
-        services = start_embedded(Path(".tocsin/bench"), wanted)
+        # Absolute: Redis resolves its --logfile after changing into its --dir.
+        services = start_embedded(Path(".tocsin/bench").resolve(), wanted)
         os.environ.update(services.env)
         for line in services.started:
             say(f"started {line}")

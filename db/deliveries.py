@@ -44,9 +44,18 @@ def deliveries_to_enqueue(tx: TenantTx, limit: int = 10_000) -> list[int]:
 
 
 def mark_enqueued(tx: TenantTx, delivery_ids: list[int]) -> None:
+    """Note that messages were sent. Rows another scan is marking right now are skipped:
+    waiting for them could deadlock (scans lock in whatever order the plan visits rows),
+    and that scan is recording the same fact."""
     tx.conn.execute(
-        "UPDATE notification_deliveries SET enqueued_at = now() "
-        "WHERE id = ANY(%s) AND status = 'pending'",
+        """
+        UPDATE notification_deliveries SET enqueued_at = now()
+        WHERE id IN (
+            SELECT id FROM notification_deliveries
+            WHERE id = ANY(%s) AND status = 'pending'
+            ORDER BY id FOR UPDATE SKIP LOCKED
+        )
+        """,
         [delivery_ids],
     )
 

@@ -116,20 +116,12 @@ def add_to_inbox(
     return None if row is None else _item(row)
 
 
-# Reading a notification is the recipient's acknowledgement: the first read of a claimed
-# notice stamps its ledger row (acknowledged_at/by), the evidence an inspector asks for.
-# Later reads, by anyone, leave that first acknowledgement untouched.
+# Reading is not acknowledging: the ledger's acknowledged_at/by records an explicit
+# "I have seen this", never a click that may have been a slip.
 _MARK_READ = f"""
-WITH marked AS (
-    UPDATE notifications SET read_at = coalesce(read_at, now())
-    WHERE id = %(id)s AND recipient_user_id = %(user)s
-    RETURNING {_ITEM_COLUMNS}, ledger_id
-), acknowledged AS (
-    UPDATE notification_ledger l SET acknowledged_at = marked.read_at, acknowledged_by = %(user)s
-    FROM marked
-    WHERE l.id = marked.ledger_id AND l.acknowledged_at IS NULL
-)
-SELECT {_ITEM_COLUMNS} FROM marked
+UPDATE notifications SET read_at = coalesce(read_at, now())
+WHERE id = %(id)s AND recipient_user_id = %(user)s
+RETURNING {_ITEM_COLUMNS}
 """
 
 

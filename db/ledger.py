@@ -16,75 +16,81 @@ from psycopg.rows import class_row
 from db.tenancy import TenantTx
 from domain.licence import CATEGORY, COPY, RULE
 
-# Recipients of a licence milestone, bound late (when the claim is prepared): the
-# client's active users and the tenant's active admins.
-_PREPARE_NOTIFICATIONS = """
+# Turns claimed licence rows into inbox notifications and email deliveries. Recipients
+# are bound here, late: the client's active users and the tenant's active admins.
+_NOTIFY = """
 WITH copy AS (
-    SELECT * FROM unnest(%(thresholds)s::text[], %(titles)s::text[], %(bodies)s::text[])
-        AS copy(threshold, title, body)
+    SELECT * FROM unnest(%(copy_thresholds)s::text[], %(copy_titles)s::text[],
+                         %(copy_bodies)s::text[]) AS copy(threshold, title, body)
+), to_notify AS (
+    SELECT l.id AS ledger_id, l.threshold, l.due_on, c.id AS client_id, c.name AS client_name
+    FROM notification_ledger l JOIN clients c ON c.id = l.subject_id
+    WHERE l.id = ANY(%(ledger_ids)s) AND l.status = 'claimed'
 ), recipients AS (
-    SELECT l.id AS ledger_id, l.threshold, l.due_on, c.id AS client_id, c.name AS client_name,
-           u.id AS user_id, u.role
-    FROM notification_ledger l
-    JOIN clients c ON c.id = l.subject_id
-    JOIN users u ON u.deactivated_at IS NULL
-                AND ((u.role = 'client_user' AND u.client_id = c.id) OR u.role = 'admin')
-    WHERE l.id = ANY(%(ledger_ids)s)
+    SELECT t.*, u.id AS user_id, '/licence' AS href
+    FROM to_notify t JOIN users u ON u.client_id = t.client_id AND u.deactivated_at IS NULL
+    UNION ALL
+    SELECT t.*, a.id AS user_id, '/clients/' || t.client_id AS href
+    FROM to_notify t
+    CROSS JOIN (SELECT id FROM users WHERE role = 'admin' AND deactivated_at IS NULL) a
+), notified AS (
+    INSERT INTO notifications
+        (recipient_user_id, ledger_id, category, title, body, data, idempotency_key)
+    SELECT r.user_id, r.ledger_id, %(category)s,
+           replace(replace(copy.title, '{client}', r.client_name),
+                   '{date}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
+           replace(replace(copy.body, '{client}', r.client_name),
+                   '{date}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
+           jsonb_build_object('href', r.href, 'client_id', r.client_id,
+                              'threshold', r.threshold, 'due_on', r.due_on),
+           'ledger:' || r.ledger_id || ':user:' || r.user_id
+    FROM recipients r JOIN copy USING (threshold)
+    ORDER BY r.ledger_id, r.user_id
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id
 )
-INSERT INTO notifications
-    (recipient_user_id, ledger_id, category, title, body, data, idempotency_key)
-SELECT r.user_id, r.ledger_id, %(category)s,
-       replace(replace(copy.title, '{client}', r.client_name),
-               '{date}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
-       replace(replace(copy.body, '{client}', r.client_name),
-               '{date}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
-       jsonb_build_object(
-           'href', CASE WHEN r.role = 'client_user' THEN '/licence' ELSE '/clients/' || r.client_id END,
-           'client_id', r.client_id, 'threshold', r.threshold, 'due_on', r.due_on),
-       'ledger:' || r.ledger_id || ':user:' || r.user_id
-FROM recipients r JOIN copy USING (threshold)
-ORDER BY r.ledger_id, r.user_id
-ON CONFLICT (idempotency_key) DO NOTHING
-"""
-
-_PREPARE_DELIVERIES = """
 INSERT INTO notification_deliveries (notification_id, channel)
-SELECT n.id, 'email' FROM notifications n
-WHERE n.ledger_id = ANY(%(ledger_ids)s)
-ORDER BY n.id
+SELECT id, 'email' FROM notified ORDER BY id
 ON CONFLICT (notification_id, channel) DO NOTHING
 """
 
 
-def prepare_claims(tx: TenantTx) -> int:
-    """Write inbox rows and email deliveries for every claimed, unprepared licence row.
+def notify_claims(tx: TenantTx, ledger_ids: list[int]) -> None:
+    """Write the inbox rows and email deliveries of claimed licence rows, idempotently:
+    inbox rows are keyed by (ledger row, recipient), deliveries by (notification, channel)."""
+    if not ledger_ids:
+        return
+    thresholds = list(COPY)
+    tx.conn.execute(
+        _NOTIFY,
+        {
+            "ledger_ids": ledger_ids,
+            "category": CATEGORY,
+            "copy_thresholds": thresholds,
+            "copy_titles": [COPY[t][0] for t in thresholds],
+            "copy_bodies": [COPY[t][1] for t in thresholds],
+        },
+    )
 
-    SKIP LOCKED: a claim another transaction is preparing right now is left to it; if that
-    transaction dies, the claim stays unprepared and the next scan picks it up.
-    """
+
+def prepare_claims(tx: TenantTx) -> int:
+    """The repair path: notify claimed licence rows committed without their notifications
+    (normally none, since the claiming transaction notifies). SKIP LOCKED leaves a claim
+    another transaction is preparing right now to that transaction."""
     rows = tx.conn.execute(
-        "SELECT id FROM notification_ledger "
-        "WHERE status = 'claimed' AND prepared_at IS NULL AND rule = %s "
-        "ORDER BY id FOR UPDATE SKIP LOCKED",
+        """
+        UPDATE notification_ledger SET prepared_at = now()
+        WHERE id IN (
+            SELECT id FROM notification_ledger
+            WHERE status = 'claimed' AND prepared_at IS NULL AND rule = %s
+            ORDER BY id FOR UPDATE SKIP LOCKED
+        )
+        RETURNING id
+        """,
         [RULE],
     ).fetchall()
-    ledger_ids = [r[0] for r in rows]
-    if not ledger_ids:
-        return 0
-    thresholds = list(COPY)
-    params = {
-        "ledger_ids": ledger_ids,
-        "category": CATEGORY,
-        "thresholds": thresholds,
-        "titles": [COPY[t][0] for t in thresholds],
-        "bodies": [COPY[t][1] for t in thresholds],
-    }
-    tx.conn.execute(_PREPARE_NOTIFICATIONS, params)
-    tx.conn.execute(_PREPARE_DELIVERIES, params)
-    tx.conn.execute(
-        "UPDATE notification_ledger SET prepared_at = now() WHERE id = ANY(%(ledger_ids)s)",
-        params,
-    )
+    ledger_ids = sorted(int(str(r[0])) for r in rows)
+    notify_claims(tx, ledger_ids)
     return len(ledger_ids)
 
 

@@ -10,8 +10,9 @@ deadlocking.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+from db.ledger import notify_claims
 from db.tenancy import TenantTx
 from domain.licence import GRACE_DAYS, RULE, SUBJECT_KIND, Stage, window_table
 
@@ -35,7 +36,9 @@ def _local_today(alias: str = "c") -> str:
 _EXPIRE = f"""
 WITH lapsed AS (
     SELECT c.id FROM clients c
-    WHERE c.status = 'active' AND c.access_expires_on <= {_local_today()}
+    WHERE c.status = 'active'
+      AND c.access_expires_on <= %(latest_today)s  -- index range; the exact test follows
+      AND c.access_expires_on <= {_local_today()}
     ORDER BY c.id
     FOR UPDATE
 ), expired AS (
@@ -47,24 +50,28 @@ WITH lapsed AS (
 ), events AS (
     INSERT INTO license_events (client_id, event, access_expires_on, threshold, actor)
     SELECT id, 'expired', access_expires_on, 'expiry', 'system:scan' FROM expired
+), claimed AS (
+    INSERT INTO notification_ledger (rule, subject_kind, subject_id, threshold, due_on,
+                                     status, status_reason, local_date, prepared_at)
+    SELECT %(rule)s, %(subject_kind)s, e.id, 'expiry', e.access_expires_on,
+           CASE WHEN e.late THEN 'skipped' ELSE 'claimed' END,
+           CASE WHEN e.late THEN 'window passed before the expiry was observed' END,
+           e.local_today,
+           CASE WHEN e.late THEN NULL ELSE now() END
+    FROM (SELECT *, local_today >= access_expires_on + %(expiry_ends)s AS late FROM expired) e
+    ORDER BY e.id
+    ON CONFLICT ON CONSTRAINT notification_once DO NOTHING
+    RETURNING id, status
 )
-INSERT INTO notification_ledger
-    (rule, subject_kind, subject_id, threshold, due_on, status, status_reason, local_date)
-SELECT %(rule)s, %(subject_kind)s, e.id, 'expiry', e.access_expires_on,
-       CASE WHEN e.local_today < e.access_expires_on + %(expiry_ends)s THEN 'claimed' ELSE 'skipped' END,
-       CASE WHEN e.local_today < e.access_expires_on + %(expiry_ends)s THEN NULL
-            ELSE 'window passed before the expiry was observed' END,
-       e.local_today
-FROM expired e
-ORDER BY e.id
-ON CONFLICT ON CONSTRAINT notification_once DO NOTHING
-RETURNING status
+SELECT id, status FROM claimed
 """
 
 _CLOSE = f"""
 WITH ended AS (
     SELECT c.id FROM clients c
-    WHERE c.status = 'expired' AND c.access_expires_on + %(grace_days)s <= {_local_today()}
+    WHERE c.status = 'expired'
+      AND c.access_expires_on <= %(latest_today)s - %(grace_days)s
+      AND c.access_expires_on + %(grace_days)s <= {_local_today()}
     ORDER BY c.id
     FOR UPDATE
 ), closed AS (
@@ -75,14 +82,17 @@ WITH ended AS (
 ), events AS (
     INSERT INTO license_events (client_id, event, access_expires_on, threshold, actor)
     SELECT id, 'closed', access_expires_on, 'closed', 'system:scan' FROM closed
+), claimed AS (
+    INSERT INTO notification_ledger (rule, subject_kind, subject_id, threshold, due_on,
+                                     status, local_date, prepared_at)
+    SELECT %(rule)s, %(subject_kind)s, c.id, 'closed', c.access_expires_on, 'claimed',
+           c.local_today, now()
+    FROM closed c
+    ORDER BY c.id
+    ON CONFLICT ON CONSTRAINT notification_once DO NOTHING
+    RETURNING id, status
 )
-INSERT INTO notification_ledger
-    (rule, subject_kind, subject_id, threshold, due_on, status, local_date)
-SELECT %(rule)s, %(subject_kind)s, c.id, 'closed', c.access_expires_on, 'claimed', c.local_today
-FROM closed c
-ORDER BY c.id
-ON CONFLICT ON CONSTRAINT notification_once DO NOTHING
-RETURNING status
+SELECT id, status FROM claimed
 """
 
 # Reminders speak to active clients, grace nudges to expired ones. Every window that has
@@ -97,40 +107,55 @@ WITH w AS (
         %(enterprise_only)s::bool[], %(stages)s::text[]
     ) AS w(threshold, starts, ends, enterprise_only, stage)
     WHERE stage IN ('{Stage.REMINDER.value}', '{Stage.GRACE.value}')
-), candidates AS (
+), candidates AS MATERIALIZED (  -- each client's local today computed once, not per window
     SELECT c.id, c.access_expires_on, c.plan, c.status, {_local_today()} AS local_today
     FROM clients c
     WHERE c.status IN ('active', 'expired') AND c.access_expires_on <= %(horizon)s
 ), begun AS (
-    SELECT c.id, w.threshold, w.stage, c.status, c.access_expires_on, c.local_today,
+    SELECT c.id, w.threshold, w.starts, w.stage, c.status, c.access_expires_on, c.local_today,
            w.ends IS NOT NULL AND c.local_today >= c.access_expires_on + w.ends AS passed
     FROM candidates c
     JOIN w ON c.access_expires_on + w.starts <= c.local_today
           AND (NOT w.enterprise_only OR c.plan = 'enterprise')
+), unsettled AS (
+    -- One statement writes every begun window of a client at once, so once the row of a
+    -- client's latest begun window exists, all earlier ones do too: a replay probes one key
+    -- per client instead of one per window. (The cost: windows that only appear later, such
+    -- as d90/d60 after an upgrade to enterprise, are not backfilled as skipped.)
+    SELECT latest.id FROM (
+        SELECT DISTINCT ON (id) id, threshold, access_expires_on
+        FROM begun ORDER BY id, starts DESC
+    ) latest
+    WHERE NOT EXISTS (
+        SELECT 1 FROM notification_ledger l
+        WHERE l.rule = %(rule)s AND l.subject_kind = %(subject_kind)s AND l.subject_id = latest.id
+          AND l.threshold = latest.threshold AND l.due_on = latest.access_expires_on
+    )
 ), due AS (
-    SELECT * FROM begun b
+    SELECT b.* FROM begun b JOIN unsettled u ON u.id = b.id
     -- A window that has passed is recorded (skipped) whatever the status; one that is
     -- open is claimed only if it speaks to the client's current status.
     WHERE b.passed
        OR (b.stage = '{Stage.REMINDER.value}' AND b.status = 'active')
        OR (b.stage = '{Stage.GRACE.value}' AND b.status = 'expired')
 ), claimed AS (
-    INSERT INTO notification_ledger
-        (rule, subject_kind, subject_id, threshold, due_on, status, status_reason, local_date)
+    INSERT INTO notification_ledger (rule, subject_kind, subject_id, threshold, due_on,
+                                     status, status_reason, local_date, prepared_at)
     SELECT %(rule)s, %(subject_kind)s, d.id, d.threshold, d.access_expires_on,
            CASE WHEN d.passed THEN 'skipped' ELSE 'claimed' END,
            CASE WHEN d.passed THEN 'a later milestone''s window had begun' END,
-           d.local_today
+           d.local_today,
+           CASE WHEN d.passed THEN NULL ELSE now() END
     FROM due d
     ORDER BY d.id, d.threshold, d.access_expires_on
     ON CONFLICT ON CONSTRAINT notification_once DO NOTHING
-    RETURNING subject_id, threshold, due_on, status
+    RETURNING id, subject_id, threshold, due_on, status
 ), events AS (
     INSERT INTO license_events (client_id, event, access_expires_on, threshold, actor)
     SELECT subject_id, 'reminder', due_on, threshold, 'system:scan'
     FROM claimed WHERE status = 'claimed'
 )
-SELECT status FROM claimed
+SELECT id, status FROM claimed
 """
 
 
@@ -141,7 +166,8 @@ def _parameters(as_of: datetime, tenant_tz: str) -> dict[str, object]:
     # No client's local date can be later than the UTC date plus a day, and no milestone
     # opens earlier than the cadence's first offset: clients expiring after this horizon
     # have nothing due, and the (status, access_expires_on) index skips them.
-    horizon = as_of.astimezone(UTC).date() + _ZONE_SLACK - timedelta(days=min(w.starts for w in windows))
+    latest_today = as_of.astimezone(UTC).date() + _ZONE_SLACK
+    horizon = latest_today - timedelta(days=min(w.starts for w in windows))
     return {
         "as_of": as_of,
         "tenant_tz": tenant_tz,
@@ -150,6 +176,7 @@ def _parameters(as_of: datetime, tenant_tz: str) -> dict[str, object]:
         "grace_days": GRACE_DAYS,
         "expiry_ends": expiry.ends,
         "horizon": horizon,
+        "latest_today": latest_today,
         "thresholds": [w.threshold for w in windows],
         "starts": [w.starts for w in windows],
         "ends": [w.ends for w in windows],
@@ -158,9 +185,8 @@ def _parameters(as_of: datetime, tenant_tz: str) -> dict[str, object]:
     }
 
 
-def _tally(statuses: list[tuple[object, ...]]) -> tuple[int, int]:
-    claimed = sum(1 for (s, *_) in statuses if s == "claimed")
-    return claimed, len(statuses) - claimed
+def _claimed_ids(rows: list[tuple[object, ...]]) -> list[int]:
+    return [int(str(ledger_id)) for ledger_id, status in rows if status == "claimed"]
 
 
 def claim_due_milestones(tx: TenantTx, as_of: datetime) -> ClaimCounts:
@@ -171,22 +197,16 @@ def claim_due_milestones(tx: TenantTx, as_of: datetime) -> ClaimCounts:
     params = _parameters(as_of, tx.tenant.time_zone)
     conn = tx.conn
     expired = conn.execute(_EXPIRE, params).fetchall()
-    claimed_rows = conn.execute(_CLAIM, params).fetchall()
+    reminders = conn.execute(_CLAIM, params).fetchall()
     closed = conn.execute(_CLOSE, params).fetchall()
-    e_claimed, e_skipped = _tally(expired)
-    r_claimed, r_skipped = _tally(claimed_rows)
+    # Claims are written with prepared_at set; their notifications are written now, in the
+    # same transaction, so a claim is never committed without them.
+    claimed_ids = _claimed_ids(expired) + _claimed_ids(reminders) + _claimed_ids(closed)
+    notify_claims(tx, claimed_ids)
+    total = len(expired) + len(reminders) + len(closed)
     return ClaimCounts(
         expired=len(expired),
         closed=len(closed),
-        claimed=e_claimed + len(closed) + r_claimed,
-        skipped=e_skipped + r_skipped,
+        claimed=len(claimed_ids),
+        skipped=total - len(claimed_ids),
     )
-
-
-def local_today(tx: TenantTx, client_id: int, as_of: datetime) -> date:
-    row = tx.conn.execute(
-        f"SELECT {_local_today()} FROM clients c WHERE c.id = %(id)s",
-        {"as_of": as_of, "tenant_tz": tx.tenant.time_zone, "id": client_id},
-    ).fetchone()
-    assert row is not None and isinstance(row[0], date)
-    return row[0]

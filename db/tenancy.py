@@ -104,6 +104,14 @@ def tenant_tx(slug: str) -> Iterator[TenantTx]:
     """
     valid_slug(slug)
     with connection() as conn, conn.transaction():
-        tenant = _load_tenant(conn, slug)
-        conn.execute("SELECT set_config('search_path', %s, true)", [f"{tenant.schema}, public"])
-        yield TenantTx(conn, tenant)
+        with not_migrated_is_an_error():
+            # One round trip: find the tenant and scope the transaction to its schema.
+            row = conn.execute(
+                f"SELECT {_TENANT_COLUMNS}, "
+                "set_config('search_path', schema_name || ', public', true) "
+                "FROM control.tenants WHERE slug = %s",
+                [slug],
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"unknown tenant {slug!r}")
+        yield TenantTx(conn, _tenant(row))

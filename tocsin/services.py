@@ -141,6 +141,7 @@ def wants_local_aws(env: Mapping[str, str]) -> bool:
 
 def start_embedded(home: Path, env: Mapping[str, str]) -> EmbeddedServices:
     """Start whatever the environment does not name. On failure, stop what was started."""
+    home = home.resolve()  # Redis changes into its --dir before opening its relative logfile
     home.mkdir(parents=True, exist_ok=True)
     services = EmbeddedServices()
     try:

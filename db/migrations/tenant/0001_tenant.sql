@@ -66,7 +66,6 @@ CREATE TABLE notification_ledger (
 -- Claims whose inbox rows and deliveries have not been written yet (normally none).
 CREATE INDEX ledger_unprepared ON notification_ledger (id)
     WHERE status = 'claimed' AND prepared_at IS NULL;
-CREATE INDEX ledger_by_claimed_at ON notification_ledger (claimed_at DESC);
 
 CREATE TABLE notifications (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -1,0 +1,88 @@
+"""The portal's application factory: `uvicorn portal.app:create_app --factory`.
+
+Everything is built here from the settings, never at import time: the Redis session store,
+the CSRF secret, the template environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from litestar import Litestar
+from litestar.config.csrf import CSRFConfig
+from litestar.datastructures import CacheControlHeader, ResponseHeader
+from litestar.di import Provide
+from litestar.plugins.htmx import HTMXPlugin
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.static_files import create_static_files_router
+from litestar.stores.redis import RedisStore
+from litestar.template.config import TemplateConfig
+
+from portal.auth import PUBLIC, provide_viewer, requires_login
+from portal.errors import exception_handlers
+from portal.routes import health, inbox, licences, login
+from portal.sessions import SESSION_NAMESPACE, session_config
+from portal.settings import PortalSettings, load_portal_settings
+from portal.templating import build_environment
+from tocsin.config import Settings, load_settings
+
+STATIC = Path(__file__).resolve().parent.parent / "static"
+STATIC_MAX_AGE = 60 * 60  # seconds browsers may reuse a static file without asking
+APP_NAME = "Tocsin"
+
+# What the browser may do with our pages: our own scripts and styles only (htmx attributes
+# are not inline scripts), no framing, forms post only back to us.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "object-src 'none'"
+)
+
+
+def create_app(
+    settings: Settings | None = None, portal_settings: PortalSettings | None = None
+) -> Litestar:
+    settings = settings or load_settings()
+    portal_settings = portal_settings or load_portal_settings(settings.portal_url)
+    environment = build_environment(
+        {"app_name": APP_NAME, "poll_seconds": portal_settings.inbox_poll_seconds}
+    )
+    sessions = RedisStore.with_client(url=settings.redis_url, namespace=SESSION_NAMESPACE)
+    return Litestar(
+        route_handlers=[
+            login.login_page, login.login, login.logout,
+            inbox.inbox, inbox.older_notifications, inbox.unread_badge, inbox.read_notification,
+            licences.my_licence, licences.clients, licences.client_licence,
+            health.healthz,
+            create_static_files_router(
+                path="/static", directories=[STATIC], opt={PUBLIC: True},
+                cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
+            ),
+        ],
+        guards=[requires_login],
+        dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
+        middleware=[session_config(secure=portal_settings.secure_cookies).middleware],
+        stores={"sessions": sessions},
+        csrf_config=CSRFConfig(
+            secret=settings.session_secret,
+            cookie_name="tocsin_csrf",
+            cookie_secure=portal_settings.secure_cookies,
+            cookie_httponly=True,  # the token reaches forms and htmx through the page itself
+            cookie_samesite="lax",
+            # Read-only, and never needing a token: skipping them avoids a cookie per asset.
+            exclude=["^/static/", "^/healthz$"],
+        ),
+        template_config=TemplateConfig(
+            instance=JinjaTemplateEngine.from_environment(environment)
+        ),
+        plugins=[HTMXPlugin()],
+        exception_handlers=exception_handlers,
+        cache_control=CacheControlHeader(no_store=True),
+        response_headers=[
+            ResponseHeader(name="Content-Security-Policy", value=CONTENT_SECURITY_POLICY),
+            ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
+            ResponseHeader(name="Referrer-Policy", value="same-origin"),
+        ],
+        openapi_config=None,
+        debug=False,
+    )

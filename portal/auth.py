@@ -1,0 +1,129 @@
+"""Who is asking: signing in, and the guard that loads the signed-in user on every request.
+
+The tenant always comes from the server-side session, never from the URL or a form after
+sign-in; the user is re-read from the tenant's schema each request, so deactivating an
+account ends its sessions at their next click.
+"""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+from urllib.parse import urlencode
+
+import anyio.to_thread
+from argon2 import PasswordHasher
+from argon2.exceptions import VerificationError
+from litestar import Request
+from litestar.di import NamedDependency
+from litestar.exceptions import NotAuthorizedException
+from litestar.handlers.base import BaseRouteHandler
+
+from db.tenancy import Tenant, tenant_tx
+from db.users import User, authenticate, get_user
+from domain.errors import InvalidInput, NotFound
+from domain.identity import Role
+from portal.sessions import AnyConnection, end_session, session_identity
+
+PUBLIC = "public"  # route opt: reachable without signing in
+VIEWER = "tocsin.viewer"  # connection-state key of the signed-in Viewer
+
+# An unknown organisation costs the same argon2 work as a wrong password, so response times
+# do not tell which organisations exist.
+_hasher = PasswordHasher()
+_UNKNOWN_ORGANISATION_HASH = _hasher.hash(secrets.token_urlsafe(16))
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """The signed-in person and the tenant whose schema every query of theirs runs in."""
+
+    tenant: Tenant
+    user: User
+
+    @property
+    def is_client_user(self) -> bool:
+        return self.user.role is Role.CLIENT_USER
+
+    def can_see_client(self, client_id: int) -> bool:
+        return not self.is_client_user or self.user.client_id == client_id
+
+
+# How a handler asks for the signed-in viewer: `viewer: CurrentViewer`.
+CurrentViewer: TypeAlias = NamedDependency[Viewer]
+
+
+def sign_in(organisation: str, email: str, password: str) -> Viewer | None:
+    """The viewer for these credentials, or None for any reason at all (unknown or suspended
+    organisation, unknown email, wrong password, deactivated user)."""
+    try:
+        with tenant_tx(organisation.strip().lower()) as tx:
+            user = authenticate(tx, email, password)
+            tenant = tx.tenant
+    except (InvalidInput, NotFound):
+        with suppress(VerificationError):
+            _hasher.verify(_UNKNOWN_ORGANISATION_HASH, password or "-")
+        return None
+    if user is None or tenant.status != "active":
+        return None
+    return Viewer(tenant, user)
+
+
+def load_viewer(tenant: str, user_id: int) -> Viewer | None:
+    try:
+        with tenant_tx(tenant) as tx:
+            user = get_user(tx, user_id)
+            loaded = tx.tenant
+    except (InvalidInput, NotFound):
+        return None
+    if user is None or not user.active or loaded.status != "active":
+        return None
+    return Viewer(loaded, user)
+
+
+async def requires_login(connection: AnyConnection, handler: BaseRouteHandler) -> None:
+    """App-wide guard: every route needs a signed-in, active user unless it is marked PUBLIC."""
+    if handler.opt.get(PUBLIC):
+        return
+    identity = session_identity(connection)
+    viewer = None
+    if identity is not None:
+        viewer = await anyio.to_thread.run_sync(load_viewer, identity.tenant, identity.user_id)
+    if viewer is None:
+        end_session(connection)
+        raise NotAuthorizedException("sign in to continue")
+    connection.state[VIEWER] = viewer
+
+
+def provide_viewer(request: Request[Any, Any, Any]) -> Viewer:
+    viewer = request.state.get(VIEWER)
+    if not isinstance(viewer, Viewer):  # a PUBLIC route asked for a viewer: a programming error
+        raise RuntimeError("no signed-in viewer on a public route")
+    return viewer
+
+
+def safe_next(path: str | None) -> str:
+    """Where to go after signing in: a path on this site, never another origin."""
+    if (
+        not path
+        or not path.startswith("/")
+        or path.startswith("//")
+        or "\\" in path
+        or any(ord(c) < 0x20 for c in path)
+        or path.startswith("/login")
+    ):
+        return "/"
+    return path
+
+
+def login_url(next_path: str | None = None) -> str:
+    target = safe_next(next_path)
+    return "/login" if target == "/" else "/login?" + urlencode({"next": target})
+
+
+def requested_path(connection: AnyConnection) -> str:
+    """The path and query asked for, to come back to after signing in."""
+    query = connection.scope.get("query_string", b"").decode("latin-1")
+    return connection.scope["path"] + (f"?{query}" if query else "")

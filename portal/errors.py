@@ -1,0 +1,126 @@
+"""Every error becomes a response here, and only here: domain errors and HTTP errors get a
+page a person can act on, anything unexpected a friendly 500 with a reference that is logged
+with its traceback. Stack traces and internal codes never reach the browser."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from litestar import Request, Response
+from litestar.exceptions import (
+    HTTPException,
+    NotAuthorizedException,
+    PermissionDeniedException,
+)
+from litestar.response import Redirect, Template
+from litestar.status_codes import (
+    HTTP_303_SEE_OTHER,
+    HTTP_401_UNAUTHORIZED,
+)
+from litestar.types import ExceptionHandlersMap
+
+from db.errors import DatabaseUnavailable, NotMigrated
+from domain.errors import Conflict, InvalidInput, NotFound
+from portal.auth import login_url, requested_path
+
+log = logging.getLogger("tocsin.portal")
+
+AnyRequest = Request[Any, Any, Any]
+
+
+@dataclass(frozen=True)
+class ErrorPage:
+    status: int
+    title: str
+    message: str
+    reference: str | None = None
+
+
+NOT_FOUND = ErrorPage(
+    404, "We couldn't find that page",
+    "The link may be out of date, or the page may belong to another account.",
+)
+FORM_EXPIRED = ErrorPage(
+    403, "This page has expired",
+    "For your security, forms expire after a while. Reload the page and try again.",
+)
+BAD_REQUEST = ErrorPage(
+    400, "We couldn't understand that request",
+    "Check the address or go back and try again.",
+)
+
+
+def _is_htmx(request: AnyRequest) -> bool:
+    return request.headers.get("hx-request") == "true"
+
+
+def _reference() -> str:
+    return secrets.token_hex(4).upper()
+
+
+def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
+    if isinstance(exc, NotFound):
+        return NOT_FOUND
+    if isinstance(exc, InvalidInput):
+        return ErrorPage(400, "That didn't work", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+    if isinstance(exc, Conflict):
+        return ErrorPage(409, "That already exists", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+    if isinstance(exc, PermissionDeniedException):
+        return FORM_EXPIRED
+    if isinstance(exc, HTTPException) and exc.status_code == 404:
+        return NOT_FOUND
+    if isinstance(exc, HTTPException) and exc.status_code == 405:
+        return ErrorPage(405, "That action isn't available here", "Go back and try again.")
+    if isinstance(exc, HTTPException) and 400 <= exc.status_code < 500:
+        return ErrorPage(exc.status_code, BAD_REQUEST.title, BAD_REQUEST.message)
+    reference = _reference()
+    log.error(
+        "portal error %s on %s %s", reference, request.method, request.url.path, exc_info=exc
+    )
+    if isinstance(exc, DatabaseUnavailable | NotMigrated):
+        return ErrorPage(
+            503, "Tocsin is temporarily unavailable",
+            "We can't reach our database right now. Please try again in a few minutes.",
+            reference,
+        )
+    return ErrorPage(
+        500, "Something went wrong on our side",
+        "It's not something you did. Please try again; if it keeps happening, "
+        "tell your administrator the reference below.",
+        reference,
+    )
+
+
+def _signed_out(request: AnyRequest) -> Response[Any]:
+    """No (or no longer a) signed-in user: htmx is told to load the login page, a browser
+    is sent there and brought back afterwards."""
+    if _is_htmx(request):
+        current = urlsplit(request.headers.get("hx-current-url", ""))
+        back = current.path + (f"?{current.query}" if current.query else "")
+        return Response(
+            content="", status_code=HTTP_401_UNAUTHORIZED,
+            headers={"HX-Redirect": login_url(back)},
+        )
+    back = requested_path(request) if request.method in ("GET", "HEAD") else "/"
+    return Redirect(login_url(back), status_code=HTTP_303_SEE_OTHER)
+
+
+def handle_exception(request: AnyRequest, exc: Exception) -> Response[Any]:
+    if isinstance(exc, NotAuthorizedException):
+        return _signed_out(request)
+    page = error_page_for(request, exc)
+    if _is_htmx(request):
+        # htmx swaps error responses (see the htmx-config meta tag) into the page's flash
+        # region instead of the element that asked.
+        return Template(
+            "_flash.html", context={"page": page}, status_code=page.status,
+            headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"},
+        )
+    return Template("error.html", context={"page": page}, status_code=page.status)
+
+
+exception_handlers: ExceptionHandlersMap = {Exception: handle_exception}

@@ -1,0 +1,84 @@
+"""The inbox: the feed, its older pages, the unread badge, and marking a notification read.
+
+The full page and the htmx fragments render the same partials (_feed, _item, _badge).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from litestar import get, post
+from litestar.params import FromPath, QueryParameter
+from litestar.plugins.htmx import HTMXRequest
+from litestar.response import Redirect, Template
+from litestar.status_codes import HTTP_200_OK, HTTP_303_SEE_OTHER
+
+from db.inbox import Cursor, inbox_page, mark_read, unread_count
+from db.tenancy import tenant_tx
+from domain.errors import InvalidInput
+from portal.auth import CurrentViewer, Viewer
+
+CreatedAt = Annotated[datetime | None, QueryParameter(name="created_at", required=False)]
+CursorId = Annotated[int | None, QueryParameter(name="id", required=False, ge=1)]
+
+
+def _cursor(created_at: datetime | None, cursor_id: int | None) -> Cursor | None:
+    if created_at is None and cursor_id is None:
+        return None
+    if created_at is None or cursor_id is None or created_at.tzinfo is None:
+        raise InvalidInput("that page of the inbox does not exist; start again from the newest")
+    return Cursor(created_at, cursor_id)
+
+
+def _feed_context(viewer: Viewer, after: Cursor | None) -> dict[str, object]:
+    with tenant_tx(viewer.tenant.slug) as tx:
+        items, next_cursor = inbox_page(tx, viewer.user.id, after)
+        unread = unread_count(tx, viewer.user.id)
+    return {
+        "viewer": viewer, "items": items, "next_cursor": next_cursor, "unread": unread,
+        "paged": after is not None,
+    }
+
+
+@get("/", sync_to_thread=True)
+def inbox(viewer: CurrentViewer, created_at: CreatedAt = None, cursor_id: CursorId = None) -> Template:
+    context = _feed_context(viewer, _cursor(created_at, cursor_id))
+    return Template("inbox.html", context=context | {"section": "inbox"})
+
+
+@get("/inbox/feed", sync_to_thread=True)
+def older_notifications(
+    request: HTMXRequest, viewer: CurrentViewer, created_at: CreatedAt = None, cursor_id: CursorId = None
+) -> Template | Redirect:
+    """The next page of the feed as list items, appended in place of the 'Older' control."""
+    after = _cursor(created_at, cursor_id)
+    if not request.htmx:
+        return Redirect(
+            "/" + (f"?{request.url.query}" if request.url.query else ""),
+            status_code=HTTP_303_SEE_OTHER,
+        )
+    return Template("_feed.html", context=_feed_context(viewer, after))
+
+
+@get("/inbox/badge", sync_to_thread=True)
+def unread_badge(viewer: CurrentViewer) -> Template:
+    with tenant_tx(viewer.tenant.slug) as tx:
+        unread = unread_count(tx, viewer.user.id)
+    return Template("_badge.html", context={"unread": unread})
+
+
+@post("/notifications/{notification_id:int}/read", sync_to_thread=True, status_code=HTTP_200_OK)
+def read_notification(
+    request: HTMXRequest, viewer: CurrentViewer, notification_id: FromPath[int]
+) -> Template | Redirect:
+    """Mark read: htmx gets the item re-rendered plus the badge out of band; a plain form
+    post goes back to the inbox."""
+    with tenant_tx(viewer.tenant.slug) as tx:
+        item = mark_read(tx, viewer.user.id, notification_id)
+        unread = unread_count(tx, viewer.user.id)
+    if not request.htmx:
+        return Redirect("/", status_code=HTTP_303_SEE_OTHER)
+    return Template(
+        "_read.html", context={"viewer": viewer, "item": item, "unread": unread, "badge_oob": True}
+    )

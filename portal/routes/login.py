@@ -1,0 +1,76 @@
+"""Signing in and out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from litestar import Request, get, post
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, QueryParameter
+from litestar.response import Redirect, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_400_BAD_REQUEST
+
+from portal.auth import PUBLIC, safe_next, sign_in
+from portal.sessions import end_session, start_session
+
+WRONG_CREDENTIALS = (
+    "The email or password is wrong. Check them, and your organisation name, and try again."
+)
+FIELD_MAX_LENGTH = 1024  # characters; anything longer is not a real login
+
+
+@dataclass
+class LoginForm:
+    organisation: str = ""
+    email: str = ""
+    password: str = ""
+    next: str = "/"
+
+
+def _login_page(
+    form: LoginForm, *, error: str | None = None, notice: str | None = None, status: int = 200
+) -> Template:
+    return Template(
+        "login.html",
+        context={
+            "organisation": form.organisation.strip(),
+            "email": form.email.strip(),
+            "next": safe_next(form.next),
+            "error": error,
+            "notice": notice,
+        },
+        status_code=status,
+    )
+
+
+@get("/login", opt={PUBLIC: True}, sync_to_thread=False)
+def login_page(
+    next_path: Annotated[str, QueryParameter(name="next")] = "/",
+    signed_out: Annotated[bool, QueryParameter(name="signed_out")] = False,
+) -> Template:
+    notice = "You have signed out." if signed_out else None
+    return _login_page(LoginForm(next=next_path), notice=notice)
+
+
+@post("/login", opt={PUBLIC: True}, sync_to_thread=True)
+def login(
+    request: Request[Any, Any, Any],
+    data: Annotated[LoginForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+) -> Template | Redirect:
+    fields = (data.organisation, data.email, data.password)
+    if not all(fields) or any(len(f) > FIELD_MAX_LENGTH for f in fields):
+        return _login_page(
+            data, error="Enter your organisation, email and password.", status=HTTP_400_BAD_REQUEST
+        )
+    viewer = sign_in(data.organisation, data.email, data.password)
+    if viewer is None:
+        return _login_page(data, error=WRONG_CREDENTIALS, status=HTTP_400_BAD_REQUEST)
+    start_session(request, viewer.tenant.slug, viewer.user.id)
+    return Redirect(safe_next(data.next), status_code=HTTP_303_SEE_OTHER)
+
+
+@post("/logout", opt={PUBLIC: True}, sync_to_thread=False)
+def logout(request: Request[Any, Any, Any]) -> Redirect:
+    end_session(request)
+    return Redirect("/login?signed_out=1", status_code=HTTP_303_SEE_OTHER)

@@ -1,0 +1,102 @@
+"""The Jinja2 environment: autoescaping on, strict about undefined names, and the filters
+that turn stored values into words a person reads."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from domain.identity import Role
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+ROLE_LABELS = {
+    Role.ADMIN: "Administrator",
+    Role.MEMBER: "Team member",
+    Role.CLIENT_USER: "Client user",
+}
+CATEGORY_LABELS = {
+    "document_review": "Document review",
+    "questionnaire_assigned": "Questionnaire",
+    "response_revision": "Response revision",
+    "policy_approved": "Policy approved",
+    "report_ready": "Report ready",
+    "license_expiring": "Licence",
+    "member_invite": "Invitation",
+    "vendor_questionnaire": "Vendor questionnaire",
+}
+PLAN_LABELS = {"standard": "Standard", "enterprise": "Enterprise"}
+STATUS_LABELS = {"active": "Active", "expired": "Access paused", "closed": "Closed"}
+
+
+def ago(moment: datetime, now: datetime | None = None) -> str:
+    """'just now', '5 minutes ago', 'yesterday', '3 weeks ago' ..."""
+    seconds = int(((now or datetime.now(UTC)) - moment).total_seconds())
+    if seconds < 60:
+        return "just now"
+    for unit, size in (("minute", 60), ("hour", 3600), ("day", 86400)):
+        count = seconds // size
+        limit = {"minute": 60, "hour": 24, "day": 7}[unit]
+        if count < limit:
+            if unit == "day" and count == 1:
+                return "yesterday"
+            return f"{count} {unit}{'s' if count != 1 else ''} ago"
+    weeks = seconds // (7 * 86400)
+    if weeks < 5:
+        return f"{weeks} week{'s' if weeks != 1 else ''} ago"
+    months = seconds // (30 * 86400)
+    if months < 12:
+        return f"{months} month{'s' if months != 1 else ''} ago"
+    return "over a year ago"
+
+
+def local_datetime(moment: datetime, zone: str) -> str:
+    """'3 Mar 2026, 09:15' in the reader's zone."""
+    local = moment.astimezone(ZoneInfo(zone))
+    return f"{local.day} {local:%b %Y, %H:%M}"
+
+
+def long_date(day: date) -> str:
+    """'31 March 2027'."""
+    return f"{day.day} {day:%B %Y}"
+
+
+def local_href(data: dict[str, Any]) -> str | None:
+    """The notification's deep link if it points into this portal; anything else is dropped."""
+    href = data.get("href")
+    if isinstance(href, str) and href.startswith("/") and not href.startswith("//"):
+        return href
+    return None
+
+
+def link_label(href: str) -> str:
+    if href == "/licence" or href.startswith("/clients/"):
+        return "View licence details"
+    return "Open"
+
+
+def build_environment(globals_: dict[str, Any]) -> Environment:
+    environment = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(
+        ago=ago,
+        local_datetime=local_datetime,
+        long_date=long_date,
+        local_href=local_href,
+        link_label=link_label,
+        role_label=lambda role: ROLE_LABELS.get(role, str(role)),
+        category_label=lambda category: CATEGORY_LABELS.get(category, "Notice"),
+        plan_label=lambda plan: PLAN_LABELS.get(plan, plan),
+        status_label=lambda status: STATUS_LABELS.get(status, status),
+    )
+    environment.globals.update(globals_)
+    return environment
