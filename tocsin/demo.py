@@ -49,5 +49,6 @@ def _logins(first: str) -> Iterator[str]:
     for email, role in DEMO_STAFF:
         yield f"    {email:<28} {role.value}"
     for name, days, *_, email in DEMO_CLIENTS:
-        when = f"expires in {days} days" if days >= 0 else "access lapsed"
+        when = ("access lapsed" if days < 0 else
+                f"expires in {days} day{'s' if days != 1 else ''}")
         yield f"    {email:<28} client user at {name} ({when})"

@@ -84,8 +84,15 @@ def run_everything() -> None:
             print(f"  Sent email (local SES): {settings.ses_endpoint_url}/moto-api/data.json",
                   flush=True)
         print("  Press Ctrl-C to stop everything.\n", flush=True)
+        # The Procfile names `tocsin`: make sure this installation's is the one found.
+        bin_dir = str(Path(sys.executable).parent)
+        env = {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
         process = subprocess.Popen(
-            [honcho, "start", "-f", str(procfile), "-d", str(procfile.parent)], env=os.environ
+            # honcho hands PORT to each process from its base port; web is first in the
+            # Procfile, so it gets the port the banner printed.
+            [honcho, "start", "-f", str(procfile), "-d", str(procfile.parent),
+             "-p", str(settings.web_port)],
+            env=env,
         )
         # Ctrl-C reaches honcho too (same terminal); let it stop its processes in order.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
