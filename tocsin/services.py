@@ -7,6 +7,7 @@ settings switch to real services. Data lives under TOCSIN_HOME, so a second star
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -70,6 +71,8 @@ def _start_postgres(services: EmbeddedServices, home: Path) -> None:
     os.environ.setdefault("XDG_RUNTIME_DIR", str(home / "run"))
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
     import pgserver
+
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # it narrates every pg_ctl call
 
     # cleanup_mode=None: no process's exit stops the server behind another's back; the
     # process that started it stops it explicitly.

@@ -171,3 +171,24 @@ def test_the_tick_fans_out_one_scan_per_tenant(
         wait_until(lambda t=t: len(claimed(t)) == 1, "each tenant's claim")
     mine = {"user0.client1@example.com"}
     assert {e.to for e in ses.sent()} >= mine
+
+
+def test_a_claim_committed_without_its_notifications_is_notified_by_the_next_scan(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    client, users = add_client(tenant, TODAY + timedelta(days=7), users=1)
+    # A claim written by a path that does not notify in the same transaction.
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute(
+            "INSERT INTO notification_ledger (rule, subject_kind, subject_id, threshold, due_on, "
+            "local_date) VALUES ('licence', 'client', %s, 'd7', %s, %s)",
+            [client.id, client.access_expires_on, TODAY],
+        )
+
+    reports = [run_scan(tenant.slug, AS_OF) for _ in range(2)]
+    worker.drain()
+
+    assert [r.prepared for r in reports] == [1, 0]
+    assert [e.to for e in ses.sent()] == [users[0].email]
+    assert scalar(tenant, "SELECT count(*) FROM notification_ledger WHERE prepared_at IS NULL "
+                          "AND status = 'claimed'") == 0

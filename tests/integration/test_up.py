@@ -1,0 +1,110 @@
+"""`make run` as a person runs it: `tocsin up` on embedded services of its own, the login
+page at the printed URL, the demo tenant's reminders in the local SES endpoint after the
+first tick, and Ctrl-C stopping everything."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import wait_until
+from tocsin.services import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+TOCSIN = str(Path(sys.executable).parent / "tocsin")
+UP_LIMIT = 120.0  # seconds for a fresh stack (initdb included) to come up
+
+
+class Up:
+    def __init__(self, home: Path, port: int):
+        self.home = home
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("DATABASE_URL", "REDIS_URL", "SES_ENDPOINT_URL", "DRAMATIQ_NAMESPACE",
+                            "TOCSIN_TEST_SERVICES_READY")}
+        env |= {"TOCSIN_HOME": str(home), "PORT": str(port), "PYTHONUNBUFFERED": "1"}
+        self.log = (home / "up.log").open("w+")
+        # Its own session, so that a Ctrl-C can be sent to the whole group, as a terminal does.
+        self.process = subprocess.Popen([TOCSIN, "up"], cwd=ROOT, env=env, stdout=self.log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def ctrl_c(self) -> int:
+        os.killpg(self.process.pid, signal.SIGINT)
+        return self.process.wait(timeout=60)
+
+
+@pytest.fixture
+def up() -> Iterator[Up]:
+    with tempfile.TemporaryDirectory(prefix="tocsin-up-") as home:
+        running = Up(Path(home), free_port())
+        try:
+            yield running
+        finally:
+            if running.process.poll() is None:
+                os.killpg(running.process.pid, signal.SIGKILL)
+            running.log.close()
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_make_run_serves_the_login_page_sends_the_demo_reminders_and_stops_on_ctrl_c(up: Up) -> None:
+    wait_until(lambda: "Press Ctrl-C" in up.output(), "tocsin up to start", UP_LIMIT)
+    banner = up.output()
+    portal = re.search(r"Portal:\s+(\S+)", banner)
+    ses = re.search(r"Sent email \(local SES\): (\S+)", banner)
+    assert portal and ses, banner
+    assert "admin@demo.example" in banner and "password 'tocsin-demo'" in banner
+
+    def login_page() -> bool:
+        try:
+            return "Sign in" in _get(portal.group(1) + "login")
+        except OSError:
+            return False
+
+    wait_until(login_page, "the login page")
+
+    # The clock ticks once at start: every client with a milestone due today gets one email
+    # per recipient (its user and the admin).
+    def subjects() -> list[str]:
+        messages = json.loads(_get(ses.group(1)))["ses"].get("RawMessage", [])
+        return [m["raw_data"] for m in messages]
+
+    wait_until(lambda: len(subjects()) >= 2, "the first tick's emails", UP_LIMIT)
+    sent = "\n".join(subjects())
+    assert "To: ops@northwind.example" in sent
+    assert "Northwind Analytics: one week until access pauses" in sent
+
+    up.ctrl_c()
+    assert "Stopped." in up.output()
+    assert not (up.home / "pg" / "postmaster.pid").exists()  # PostgreSQL was shut down
+    assert _processes_using(up.home) == []  # nor is Redis, moto, a worker or the web left
+
+
+def _processes_using(home: Path) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(home) in cmdline:
+                found.append(cmdline)
+    return found
