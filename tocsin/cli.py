@@ -33,6 +33,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"tocsin: error: {message} (see `{self.prog} --help`)\n")
 
 
+def positive_count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 def _out(line: str = "") -> None:
     print(line, flush=True)
 
@@ -229,8 +236,8 @@ def build_parser() -> Parser:
     command("up", cmd_up, "run everything: embedded services, migrate, seed, web + worker + clock")
     command("web", cmd_web, "run the portal (ASGI server)")
     p = command("worker", cmd_worker, "run the Dramatiq worker (own session, signals forwarded)")
-    p.add_argument("--processes", type=int, default=2)
-    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--processes", type=positive_count, default=2)
+    p.add_argument("--threads", type=positive_count, default=4)
     command("clock", cmd_clock, "enqueue a scan tick at start and every SCAN_INTERVAL_SECONDS")
     return parser
 

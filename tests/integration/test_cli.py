@@ -80,6 +80,11 @@ def test_tenant_create_and_list(capsys: pytest.CaptureFixture[str]) -> None:
         (["migrate", "--now"], "unrecognized arguments"),
         (["seed-demo", "extra"], "unrecognized arguments"),
         (["frobnicate"], "invalid choice"),
+        (["up", "--detach"], "unrecognized arguments"),
+        (["web", "extra"], "unrecognized arguments"),
+        (["worker", "--processes", "none"], "invalid positive_count value"),
+        (["worker", "--threads", "0"], "invalid positive_count value"),
+        (["clock", "--every", "5"], "unrecognized arguments"),
     ],
 )
 def test_bad_tenant_and_global_input_is_refused(
