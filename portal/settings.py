@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tocsin.config import ConfigError
+from tocsin.config import env_int
 
 INBOX_POLL_DEFAULT = 30  # seconds between two refreshes of the unread badge
 INBOX_POLL_MINIMUM = 5  # seconds; faster polling only loads the database
@@ -20,15 +20,7 @@ class PortalSettings:
 
 def load_portal_settings(portal_url: str, env: Mapping[str, str] | None = None) -> PortalSettings:
     env = os.environ if env is None else env
-    raw = env.get("INBOX_POLL_SECONDS", "")
-    poll = INBOX_POLL_DEFAULT
-    if raw:
-        try:
-            poll = int(raw)
-        except ValueError:
-            raise ConfigError(f"INBOX_POLL_SECONDS must be a whole number, got {raw!r}") from None
-        if poll < INBOX_POLL_MINIMUM:
-            raise ConfigError(f"INBOX_POLL_SECONDS must be at least {INBOX_POLL_MINIMUM}, got {poll}")
+    poll = env_int(env, "INBOX_POLL_SECONDS", INBOX_POLL_DEFAULT, minimum=INBOX_POLL_MINIMUM)
     return PortalSettings(
         inbox_poll_seconds=poll, secure_cookies=portal_url.startswith("https://")
     )

@@ -46,7 +46,7 @@ class Settings:
         return f"Settings({shown})"
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+def env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -70,7 +70,7 @@ def _required(env: Mapping[str, str], name: str) -> str:
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
-    port = _int(env, "PORT", 8000)
+    port = env_int(env, "PORT", 8000)
     host = env.get("WEB_HOST", "127.0.0.1")
     database_url = _required(env, "DATABASE_URL")
     redis_url = _required(env, "REDIS_URL")
@@ -91,8 +91,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         web_port=port,
         session_secret=env.get("SESSION_SECRET", "dev-only-session-secret-change-me"),
         dramatiq_namespace=env.get("DRAMATIQ_NAMESPACE", "tocsin"),
-        scan_interval_seconds=_int(env, "SCAN_INTERVAL_SECONDS", 15 * 60),
-        delivery_lease_seconds=_int(env, "DELIVERY_LEASE_SECONDS", 5 * 60),
+        scan_interval_seconds=env_int(env, "SCAN_INTERVAL_SECONDS", 15 * 60),
+        delivery_lease_seconds=env_int(env, "DELIVERY_LEASE_SECONDS", 5 * 60),
         home=Path(env.get("TOCSIN_HOME", ".tocsin")).resolve(),
-        db_pool_max=_int(env, "DB_POOL_MAX", 10),
+        db_pool_max=env_int(env, "DB_POOL_MAX", 10),
     )

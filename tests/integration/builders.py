@@ -3,6 +3,7 @@ and read-backs of the ledger and deliveries."""
 
 from __future__ import annotations
 
+import threading
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -72,3 +73,26 @@ def delivery_statuses(tenant: Tenant) -> dict[str, int]:
 
 def days(n: int) -> timedelta:
     return timedelta(days=n)
+
+
+def scan_concurrently(tenant: Tenant, as_of: datetime, scans: int) -> list[BaseException]:
+    """Start ``scans`` scans of one tenant and instant at the same moment; return what they
+    raised (a deadlock or a unique violation would be here)."""
+    from actors.scan import run_scan
+
+    barrier = threading.Barrier(scans)
+    errors: list[BaseException] = []
+
+    def scan() -> None:
+        try:
+            barrier.wait()
+            run_scan(tenant.slug, as_of)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=scan) for _ in range(scans)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

@@ -3,13 +3,12 @@ returned the row, and a client renewed in time is never expired."""
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, date, datetime, timedelta
 
 from actors.scan import run_scan
 from db.clients import get_client, license_events, renew_licence
 from db.tenancy import Tenant, tenant_tx
-from tests.integration.builders import add_admin, add_client, claimed, ledger
+from tests.integration.builders import add_admin, add_client, claimed, ledger, scan_concurrently
 from tests.integration.conftest import RunningWorker, SesOutbox
 
 EXPIRES = date(2027, 8, 1)
@@ -21,21 +20,7 @@ def test_two_concurrent_expiry_passes_give_one_expired_notice(
 ) -> None:
     client, _ = add_client(tenant, EXPIRES, users=1)
     add_admin(tenant)
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
-
-    def expire() -> None:
-        try:
-            barrier.wait()
-            run_scan(tenant.slug, EXPIRY_MORNING)
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=expire) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = scan_concurrently(tenant, EXPIRY_MORNING, 2)
     worker.drain()
 
     assert errors == []

@@ -3,7 +3,6 @@ scan: repeated, replayed all day, raced eight ways, or killed between commit and
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime, timedelta
 
 from actors.scan import enqueue_deliveries, run_scan, scan_tenant, tick
@@ -18,6 +17,7 @@ from tests.integration.builders import (
     delivery_statuses,
     ledger,
     scalar,
+    scan_concurrently,
 )
 from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
 
@@ -78,21 +78,7 @@ def test_eight_concurrent_scans_give_one_row_per_key_and_one_email_per_recipient
         add_client(tenant, TODAY + timedelta(days=offset), name=f"C{offset}", users=2)[0]
         for offset in (-10, -5, -2, 0, 1, 2, 5, 7, 9, 14, 20, 30)
     ]
-    barrier = threading.Barrier(8)
-    errors: list[BaseException] = []
-
-    def scan() -> None:
-        try:
-            barrier.wait()
-            run_scan(tenant.slug, AS_OF)
-        except BaseException as error:  # a deadlock or unique violation would land here
-            errors.append(error)
-
-    threads = [threading.Thread(target=scan) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = scan_concurrently(tenant, AS_OF, 8)
     worker.drain()
 
     assert errors == []
