@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from datetime import UTC, datetime
 from email.utils import parseaddr
@@ -13,6 +14,9 @@ from db.deliveries import ClaimedEmail, claim_delivery, record_accepted, record_
 from db.tenancy import tenant_tx
 from domain.delivery import email_message_id, email_text, retry_delay, should_retry
 from tocsin.config import load_settings
+
+# Ids, attempts and outcomes only: never addresses or message bodies.
+log = logging.getLogger("tocsin.email")
 
 
 @dramatiq.actor(queue_name="email", time_limit=2 * 60_000)  # milliseconds
@@ -46,13 +50,18 @@ def deliver_email(slug: str, delivery_id: int) -> None:
         _record_error(slug, claim, error)
         return
     with tenant_tx(slug) as tx:
-        record_accepted(tx, claim, accepted.provider_message_id, accepted.request_id)
+        recorded = record_accepted(tx, claim, accepted.provider_message_id, accepted.request_id)
+    log.info("delivery tenant=%s id=%d attempt=%d accepted request=%s%s", slug, claim.delivery_id,
+             claim.attempt, accepted.request_id, "" if recorded else " (lease lost: not recorded)")
 
 
 def _record_error(slug: str, claim: ClaimedEmail, error: ProviderError) -> None:
     retry_at = None
     if should_retry(error.error_class, claim.attempt):
         retry_at = datetime.now(UTC) + retry_delay(claim.attempt, random.random())
+    log.warning("delivery tenant=%s id=%d attempt=%d %s error: %s; %s", slug, claim.delivery_id,
+                claim.attempt, error.error_class.value, error,
+                f"retry after {retry_at:%H:%M:%S}Z" if retry_at else "failed for good")
     with tenant_tx(slug) as tx:
         record_failure(
             tx, claim, outcome="failed", error_class=error.error_class.value, error=str(error),

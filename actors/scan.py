@@ -3,6 +3,7 @@ prepares, commits, and only then enqueues the emails."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -14,6 +15,8 @@ from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
 from db.tenancy import list_tenants, tenant_tx
 from domain.identity import parse_instant
+
+log = logging.getLogger("tocsin.scan")
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,10 @@ def enqueue_deliveries(slug: str, delivery_ids: list[int]) -> None:
 
 @dramatiq.actor(queue_name="scan", time_limit=10 * 60_000)  # milliseconds
 def scan_tenant(slug: str, as_of: str) -> None:
-    run_scan(slug, parse_instant(as_of))
+    report = run_scan(slug, parse_instant(as_of))
+    c = report.counts
+    log.info("scanned tenant=%s as_of=%s claimed=%d skipped=%d expired=%d closed=%d enqueued=%d",
+             slug, as_of, c.claimed, c.skipped, c.expired, c.closed, report.enqueued)
 
 
 @dramatiq.actor(queue_name="scan", time_limit=60_000)  # milliseconds

@@ -50,4 +50,6 @@ def test_the_clocks_first_tick_is_scanned_and_sent_by_a_dramatiq_worker_process(
     assert clock_code == 0, clock_out
     assert "tick enqueued" in clock_out
     assert worker_code == 0, worker_out
+    assert f"scanned tenant={tenant.slug}" in worker_out  # operators see each scan's counts
+    assert users[0].email not in worker_out  # but never an address
     assert [e.to for e in ses.sent()].count(users[0].email) == 1
