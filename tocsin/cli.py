@@ -160,7 +160,7 @@ def cmd_ledger(args: argparse.Namespace) -> None:
 def cmd_up(args: argparse.Namespace) -> None:
     from tocsin.processes import run_everything
 
-    run_everything()
+    run_everything(seed=not args.no_demo)
 
 
 def cmd_web(args: argparse.Namespace) -> None:
@@ -233,7 +233,10 @@ def build_parser() -> Parser:
     p.add_argument("--tenant", required=True)
     p.add_argument("--csv", action="store_true", help="CSV on stdout")
 
-    command("up", cmd_up, "run everything: embedded services, migrate, seed, web + worker + clock")
+    p = command("up", cmd_up,
+                "run everything: embedded services, migrate, seed, web + worker + clock")
+    p.add_argument("--no-demo", action="store_true",
+                   help="do not create the demo tenant (for a database you care about)")
     command("web", cmd_web, "run the portal (ASGI server)")
     p = command("worker", cmd_worker, "run the Dramatiq worker (own session, signals forwarded)")
     p.add_argument("--processes", type=positive_count, default=2)

@@ -53,7 +53,7 @@ def _procfile() -> Path:
     raise SystemExit("tocsin: error: no Procfile found; run `tocsin up` from the project folder")
 
 
-def run_everything() -> None:
+def run_everything(seed: bool = True) -> None:
     """`make run`: start what the environment does not name, migrate, seed the demo
     tenant, then run web, worker and clock under honcho until Ctrl-C."""
     procfile = _procfile()
@@ -74,7 +74,7 @@ def run_everything() -> None:
             from actors.ses import SesMailer
 
             SesMailer(settings).ensure_sender_identity()
-        demo_lines = list(seed_demo())
+        demo_lines = list(seed_demo()) if seed else []
         honcho = shutil.which("honcho") or str(Path(sys.executable).parent / "honcho")
         print("", flush=True)
         print(f"  Portal:  {settings.portal_url}/", flush=True)

@@ -64,7 +64,9 @@ def _get(url: str) -> str:
         return str(response.read().decode())
 
 
-def test_make_run_serves_the_login_page_sends_the_demo_reminders_and_stops_on_ctrl_c(up: Up) -> None:
+def test_make_run_serves_the_login_page_sends_the_demo_reminders_and_stops_on_ctrl_c(
+    up: Up,
+) -> None:
     wait_until(lambda: "Press Ctrl-C" in up.output(), "tocsin up to start", UP_LIMIT)
     banner = up.output()
     portal = re.search(r"Portal:\s+(\S+)", banner)
@@ -95,6 +97,20 @@ def test_make_run_serves_the_login_page_sends_the_demo_reminders_and_stops_on_ct
     assert "Stopped." in up.output()
     assert not (up.home / "pg" / "postmaster.pid").exists()  # PostgreSQL was shut down
     assert _processes_using(up.home) == []  # nor is Redis, moto, a worker or the web left
+
+    # A second `make run` finds the data of the first.
+    again = Up(up.home, free_port())
+    try:
+        wait_until(lambda: "Press Ctrl-C" in again.output(), "the second tocsin up", UP_LIMIT)
+        second = again.output()
+        assert "migrations: 0 applied" in second
+        assert "Demo tenant already seeded; reusing it." in second
+        again.ctrl_c()
+    finally:
+        if again.process.poll() is None:
+            os.killpg(again.process.pid, signal.SIGKILL)
+        again.log.close()
+    assert _processes_using(up.home) == []
 
 
 def _processes_using(home: Path) -> list[str]:

@@ -1,0 +1,40 @@
+"""Settings are read once, fail loudly on a bad value, and never show a secret."""
+
+import pytest
+
+from tocsin.config import ConfigError, load_settings
+
+BASE = {"DATABASE_URL": "postgresql://u@h/db", "REDIS_URL": "redis://h:6379/0"}
+
+
+def test_defaults_fill_everything_but_the_two_service_urls() -> None:
+    settings = load_settings(BASE)
+    assert settings.scan_interval_seconds == 900
+    assert settings.portal_url == "http://127.0.0.1:8000"
+    assert settings.ses_endpoint_url is None
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"REDIS_URL": "redis://h"}, "DATABASE_URL is not set"),
+        ({"DATABASE_URL": "postgresql://u@h/db"}, "REDIS_URL is not set"),
+        ({**BASE, "DATABASE_URL": "mysql://u@h/db"}, "DATABASE_URL must be a postgresql://"),
+        ({**BASE, "REDIS_URL": "http://h"}, "REDIS_URL must be a redis://"),
+        ({**BASE, "SCAN_INTERVAL_SECONDS": "fifteen"}, "SCAN_INTERVAL_SECONDS must be a whole number"),
+        ({**BASE, "SCAN_INTERVAL_SECONDS": "0"}, "SCAN_INTERVAL_SECONDS must be at least 1"),
+        ({**BASE, "PORT": "-1"}, "PORT must be at least 1"),
+    ],
+)
+def test_a_missing_or_malformed_setting_names_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(env)
+
+
+def test_the_repr_hides_secrets() -> None:
+    settings = load_settings({**BASE, "AWS_SECRET_ACCESS_KEY": "s3cr3t-key",
+                              "SESSION_SECRET": "session-s3cr3t"})
+    shown = repr(settings)
+    assert "s3cr3t" not in shown
+    assert "aws_secret_access_key='***'" in shown and "session_secret='***'" in shown
+    assert "redis://h:6379/0" in shown
