@@ -155,8 +155,10 @@ def test_the_tick_fans_out_one_scan_per_tenant(
 
     for t in tenants:
         wait_until(lambda t=t: len(claimed(t)) == 1, "each tenant's claim")
-    mine = {"user0.client1@example.com"}
-    assert {e.to for e in ses.sent()} >= mine
+    wait_until(lambda: len(ses.sent()) >= 2, "the fanned-out scans' emails")
+    for t in tenants:  # one reminder per tenant, to its one client user
+        assert [e.to for e in ses.sent() if e.message_id.endswith(f".{t.slug}@tocsin.example>")] \
+            == ["user0.client1@example.com"]
 
 
 def test_a_claim_committed_without_its_notifications_is_notified_by_the_next_scan(
