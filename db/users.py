@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from contextlib import suppress
 from dataclasses import dataclass
 
 import psycopg
@@ -70,6 +71,13 @@ def create_user(
         raise Conflict(f"a user with email {email!r} exists already") from None
     assert row is not None
     return _user(row)
+
+
+def spend_a_password_check(password: str) -> None:
+    """Do the work of one failed password check, for callers refusing a sign-in before any
+    user is found (an unknown organisation), so timing does not tell what exists."""
+    with suppress(VerificationError, InvalidHashError):
+        _hasher.verify(_DUMMY_HASH, password or "-")
 
 
 def authenticate(tx: TenantTx, email: str, password: str) -> User | None:

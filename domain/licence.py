@@ -10,7 +10,7 @@ which is why a daylight-saving change can never make one fire twice.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from enum import StrEnum
 
 from domain.identity import Plan
@@ -99,11 +99,6 @@ def milestone_outcomes(
 def current_milestone(expires_on: date, plan: Plan, today: date) -> Milestone | None:
     due = [m for m, outcome in milestone_outcomes(expires_on, plan, today) if outcome is Outcome.DUE]
     return due[0] if due else None
-
-
-def due_date(expires_on: date, milestone: Milestone) -> date:
-    """The local calendar date on which a milestone's window opens."""
-    return expires_on + timedelta(days=milestone.offset_days)
 
 
 @dataclass(frozen=True)

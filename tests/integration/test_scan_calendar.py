@@ -8,7 +8,10 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from actors.scan import run_scan
-from db.tenancy import Tenant
+from db.clients import create_client
+from db.tenancy import Tenant, tenant_tx
+from domain.identity import Plan
+from domain.licence import Outcome, milestone_outcomes
 from tests.integration.builders import (
     add_admin,
     add_client,
@@ -18,6 +21,33 @@ from tests.integration.builders import (
     skipped,
 )
 from tests.integration.conftest import RunningWorker, SesOutbox
+
+
+def test_the_claim_sql_agrees_with_the_domain_cadence_on_every_day_and_plan(
+    tenant: Tenant,
+) -> None:
+    """domain/licence.py is the specification; the set-based SQL must record exactly its
+    outcomes: claimed where the domain says due, skipped where it says skipped."""
+    today = date(2027, 6, 1)
+    clients = {}
+    with tenant_tx(tenant.slug) as tx:
+        for plan in Plan:
+            for offset in range(-100, 21):
+                expires = today - timedelta(days=offset)
+                client = create_client(tx, f"{plan.value} {offset}", expires, plan)
+                clients[client.id] = (expires, plan)
+
+    run_scan(tenant.slug, datetime(2027, 6, 1, 12, 0, tzinfo=UTC))
+
+    recorded: dict[int, set[tuple[str, str]]] = {cid: set() for cid in clients}
+    for row in ledger(tenant):
+        recorded[row["subject_id"]].add((row["threshold"], row["status"]))
+    for cid, (expires, plan) in clients.items():
+        expected = {
+            (m.threshold, "claimed" if outcome is Outcome.DUE else "skipped")
+            for m, outcome in milestone_outcomes(expires, plan, today)
+        }
+        assert recorded[cid] == expected, (plan, (today - expires).days)
 
 
 def _d7_rows(tenant: Tenant, client_id: int) -> list[dict[str, object]]:

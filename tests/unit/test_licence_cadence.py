@@ -11,7 +11,6 @@ from domain.licence import (
     Outcome,
     Stage,
     current_milestone,
-    due_date,
     milestone_outcomes,
     window_table,
     windows_for,
@@ -109,7 +108,3 @@ def test_the_flat_window_table_matches_both_plans() -> None:
             assert (row.starts, row.ends) == (w.starts, w.ends)
     assert rows["expiry"].stage is Stage.EXPIRY and rows["closed"].stage is Stage.CLOSE
 
-
-def test_a_milestones_due_date_is_its_window_opening_day() -> None:
-    d7 = next(m for m in CADENCE if m.threshold == "d7")
-    assert due_date(EXPIRES, d7) == date(2027, 3, 24)
