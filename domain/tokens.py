@@ -1,0 +1,68 @@
+"""Signed, expiring tokens for links that act without a login (unsubscribe, invitations).
+
+A token is ``payload.signature``: the payload is URL-safe base64 of compact JSON that
+carries its own expiry; the signature is HMAC-SHA256 over the purpose and the payload, so
+a token minted for one purpose never verifies for another. Single use, where a purpose
+needs it, is enforced by whoever stores the token's effect (invitations), not here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from datetime import datetime
+
+from domain.errors import InvalidInput
+
+MAX_TOKEN_LENGTH = 2048  # longer input is refused before any decoding
+
+
+class TokenInvalid(InvalidInput):
+    """Tampered, truncated, or signed for another purpose or with another key."""
+
+
+class TokenExpired(InvalidInput):
+    """Well signed, but past its expiry."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _signature(secret: str, purpose: str, payload: str) -> str:
+    mac = hmac.new(secret.encode(), f"{purpose}.{payload}".encode(), hashlib.sha256)
+    return _b64(mac.digest())
+
+
+def sign(secret: str, purpose: str, claims: dict[str, str | int], expires_at: datetime) -> str:
+    if "exp" in claims:
+        raise ValueError("'exp' is set from expires_at")
+    body = json.dumps({**claims, "exp": int(expires_at.timestamp())}, separators=(",", ":"),
+                      sort_keys=True)
+    payload = _b64(body.encode())
+    return f"{payload}.{_signature(secret, purpose, payload)}"
+
+
+def verify(secret: str, purpose: str, token: str, now: datetime) -> dict[str, str | int]:
+    """The token's claims (without 'exp'), or TokenInvalid / TokenExpired."""
+    if len(token) > MAX_TOKEN_LENGTH or token.count(".") != 1:
+        raise TokenInvalid("This link is not valid.")
+    payload, signature = token.split(".")
+    if not hmac.compare_digest(signature, _signature(secret, purpose, payload)):
+        raise TokenInvalid("This link is not valid.")
+    try:
+        claims = json.loads(_unb64(payload))
+    except (binascii.Error, ValueError):
+        raise TokenInvalid("This link is not valid.") from None
+    if not isinstance(claims, dict) or not isinstance(claims.get("exp"), int):
+        raise TokenInvalid("This link is not valid.")
+    if now.timestamp() >= claims.pop("exp"):
+        raise TokenExpired("This link has expired.")
+    return claims
