@@ -1,4 +1,5 @@
-"""The clock process: enqueue a scan tick once at start and then every interval.
+"""The clock process: enqueue a scan tick and a sweep once at start, then each on its own
+interval (the scan every SCAN_INTERVAL_SECONDS, the sweep every SWEEP_INTERVAL_SECONDS).
 
 It keeps no state and decides nothing; two clocks (or a clock and a manual `tocsin scan`)
 only make the scans run more often, which changes nothing by construction.
@@ -9,7 +10,10 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from types import FrameType
+
+import dramatiq
 
 from tocsin.config import load_settings
 
@@ -19,6 +23,7 @@ log = logging.getLogger("tocsin.clock")
 def run_clock(stop: threading.Event | None = None) -> None:
     settings = load_settings()
     from actors.scan import tick  # configures the broker
+    from actors.sweep import sweep
 
     stop = stop or threading.Event()
 
@@ -29,12 +34,22 @@ def run_clock(stop: threading.Event | None = None) -> None:
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s clock %(message)s")
-    log.info("ticking every %ss", settings.scan_interval_seconds)
+    log.info("scan every %ss, sweep every %ss", settings.scan_interval_seconds,
+             settings.sweep_interval_seconds)
+    schedule: list[tuple[dramatiq.Actor[[], None], str, int]] = [
+        (tick, "tick", settings.scan_interval_seconds),
+                (sweep, "sweep", settings.sweep_interval_seconds)]
+    due = {name: 0.0 for _, name, _ in schedule}
     while not stop.is_set():
-        try:
-            tick.send()
-            log.info("tick enqueued")
-        except Exception as error:  # Redis down: say so, and try again next interval
-            log.error("could not enqueue the tick: %s", error)
-        stop.wait(settings.scan_interval_seconds)
+        now = time.monotonic()
+        for actor, name, interval in schedule:
+            if now < due[name]:
+                continue
+            due[name] = now + interval
+            try:
+                actor.send()
+                log.info("%s enqueued", name)
+            except Exception as error:  # Redis down: say so, and try again next interval
+                log.error("could not enqueue the %s: %s", name, error)
+        stop.wait(max(0.0, min(due.values()) - time.monotonic()))
     log.info("stopped")

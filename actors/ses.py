@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from domain.delivery import ErrorClass, classify_provider_error
 from tocsin.config import Settings, load_settings
@@ -29,6 +30,7 @@ class OutgoingEmail:
     subject: str
     text: str
     tags: dict[str, str]
+    unsubscribe_url: str | None = None  # List-Unsubscribe, with RFC 8058 one-click POST
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class Mailer(Protocol):
     def send(self, email: OutgoingEmail) -> Accepted: ...
 
 
-def _client(settings: Settings, service: str) -> object:
+def aws_client(settings: Settings, service: str) -> object:
     credentials = {}
     if settings.aws_access_key_id:
         credentials = {
@@ -68,7 +70,7 @@ def _client(settings: Settings, service: str) -> object:
 
 class SesMailer:
     def __init__(self, settings: Settings):
-        self._client: SESV2Client = _client(settings, "sesv2")  # type: ignore[assignment]
+        self._client: SESV2Client = aws_client(settings, "sesv2")  # type: ignore[assignment]
         self._from = settings.mail_from
 
     def compose(self, email: OutgoingEmail) -> bytes:
@@ -78,6 +80,9 @@ class SesMailer:
         message["Subject"] = email.subject
         message["Date"] = formatdate(usegmt=True)
         message["Message-ID"] = email.message_id
+        if email.unsubscribe_url:
+            message["List-Unsubscribe"] = f"<{email.unsubscribe_url}>"
+            message["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
         message.set_content(email.text)
         return bytes(message)
 
@@ -96,8 +101,10 @@ class SesMailer:
             raise ProviderError(
                 error_class, f"{info.get('Code')}: {info.get('Message')}", meta.get("RequestId")
             ) from None
-        except BotoCoreError as error:  # connection refused, timeouts: the answer is unknown
+        except BotoConnectionError as error:  # never connected: nothing was sent
             raise ProviderError(ErrorClass.TRANSIENT, type(error).__name__) from None
+        except BotoCoreError as error:  # the request left; no answer came back
+            raise ProviderError(ErrorClass.UNCERTAIN, type(error).__name__) from None
         return Accepted(response["MessageId"], response["ResponseMetadata"].get("RequestId"))
 
     def ensure_sender_identity(self) -> None:

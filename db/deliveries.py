@@ -1,7 +1,17 @@
-"""Email deliveries: the lease-and-token claim, fenced result writes, and re-enqueueing.
+"""Email deliveries: the last-moment eligibility check, the lease-and-token claim, and
+result writes fenced by that token.
 
-A delivery is claimed by one UPDATE that moves it to `sending` with a fresh claim_token;
-every result write names that token, so a worker that lost its lease changes nothing.
+One send is three short transactions around the provider call:
+  1. claim: lock the due row, re-check eligibility, then one UPDATE to `sending` with a
+     fresh claim_token, a lease and attempts + 1 (or cancel it, with the reason);
+  2. `mark_provider_called`, committed right before the call: from here on a lost answer
+     means "unknown", not "safe to retry";
+  3. the result, written only where the row still carries our token.
+
+The in-flight boundary: a change committed after step 2 (a renewal, a deactivation, an
+opt-out) cannot stop a message already handed to the provider. Everything committed
+before step 1 is honoured; between 1 and 2 the lease makes other workers wait, and
+step 2 refuses to proceed once the lease has run out.
 """
 
 from __future__ import annotations
@@ -12,7 +22,33 @@ from uuid import UUID
 
 from db.tenancy import TenantTx
 
-REENQUEUE_AFTER_SECONDS = 600  # a pending delivery enqueued longer ago than this is re-enqueued
+REENQUEUE_AFTER_SECONDS = 600  # a due delivery enqueued longer ago than this is re-enqueued
+
+# Why a due delivery is no longer wanted, checked in the claiming transaction. Subject
+# eligibility is per rule: a licence notice is about one due date, and stops applying
+# once the client's licence has moved to another (a renewal) or the claim was cancelled.
+_VERDICT = """
+    CASE
+        WHEN u.deactivated_at IS NOT NULL THEN 'recipient deactivated before the send'
+        WHEN EXISTS (SELECT 1 FROM suppressed_addresses s WHERE s.email = lower(u.email))
+            THEN 'address suppressed after a bounce or complaint'
+        WHEN l.id IS NOT NULL AND l.status <> 'claimed'
+            THEN 'notification ' || l.status || ' before the send'
+        WHEN l.rule = 'licence' AND l.subject_kind = 'client'
+             AND (c.id IS NULL OR c.access_expires_on <> l.due_on)
+            THEN 'licence renewed: this notice was for ' || to_char(l.due_on, 'YYYY-MM-DD')
+    END
+"""
+
+
+@dataclass(frozen=True)
+class DueDelivery:
+    """A due delivery locked by the claiming transaction, with what decides its fate."""
+
+    delivery_id: int
+    recipient_user_id: int
+    category: str
+    verdict: str | None  # why it must not be sent, or None
 
 
 @dataclass(frozen=True)
@@ -20,64 +56,72 @@ class ClaimedEmail:
     delivery_id: int
     claim_token: UUID
     attempt: int
+    recipient_user_id: int
     recipient: str
-    recipient_active: bool
+    category: str
     title: str
     body: str
     href: str | None
 
 
-def deliveries_to_enqueue(tx: TenantTx, limit: int = 10_000) -> list[int]:
-    """Due pending deliveries that were never enqueued, or whose message may be lost
-    (enqueued long ago and still pending: a crash after commit, a flushed Redis)."""
-    rows = tx.conn.execute(
-        """
-        SELECT id FROM notification_deliveries
-        WHERE status = 'pending' AND send_after <= now()
-          AND (enqueued_at IS NULL OR enqueued_at < now() - make_interval(secs => %s))
-        ORDER BY send_after, id
-        LIMIT %s
+def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
+    """Lock a due pending or deferred delivery for this transaction, or None when it is
+    not ours to send (sent, being sent, cancelled, not yet due, locked by another worker)."""
+    row = tx.conn.execute(
+        f"""
+        SELECT d.id, n.recipient_user_id, n.category, {_VERDICT}
+        FROM notification_deliveries d
+        JOIN notifications n ON n.id = d.notification_id
+        JOIN users u ON u.id = n.recipient_user_id
+        LEFT JOIN notification_ledger l ON l.id = n.ledger_id
+        LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
+        WHERE d.id = %s AND d.status IN ('pending', 'deferred') AND d.send_after <= now()
+        FOR UPDATE OF d SKIP LOCKED
         """,
-        [REENQUEUE_AFTER_SECONDS, limit],
-    ).fetchall()
-    return [int(str(r[0])) for r in rows]
+        [delivery_id],
+    ).fetchone()
+    if row is None:
+        return None
+    return DueDelivery(int(str(row[0])), int(str(row[1])), str(row[2]),
+                       None if row[3] is None else str(row[3]))
 
 
-def mark_enqueued(tx: TenantTx, delivery_ids: list[int]) -> None:
-    """Note that messages were sent. Rows another scan is marking right now are skipped:
-    waiting for them could deadlock (scans lock in whatever order the plan visits rows),
-    and that scan is recording the same fact."""
+def settle_unsent(
+    tx: TenantTx, delivery_id: int, status: str, reason: str, send_after: datetime | None = None
+) -> None:
+    """Move a locked, unclaimed delivery to cancelled, deferred or batched, with why."""
+    if status not in ("cancelled", "deferred", "batched"):
+        raise ValueError(f"cannot settle an unsent delivery as {status}")
     tx.conn.execute(
         """
-        UPDATE notification_deliveries SET enqueued_at = now()
-        WHERE id IN (
-            SELECT id FROM notification_deliveries
-            WHERE id = ANY(%s) AND status = 'pending'
-            ORDER BY id FOR UPDATE SKIP LOCKED
-        )
+        UPDATE notification_deliveries
+        SET status = %(status)s, status_reason = %(reason)s, enqueued_at = NULL,
+            send_after = coalesce(%(send_after)s, send_after), updated_at = now()
+        WHERE id = %(id)s AND status IN ('pending', 'deferred')
         """,
-        [delivery_ids],
+        {"id": delivery_id, "status": status, "reason": reason[:500], "send_after": send_after},
     )
 
 
-def claim_delivery(tx: TenantTx, delivery_id: int, lease_seconds: int) -> ClaimedEmail | None:
-    """Take a due pending delivery for one attempt, or None if it is not ours to send
-    (already sent, being sent, cancelled, not yet due). Commit before calling the provider."""
+def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int) -> ClaimedEmail:
+    """The claim: one guarded UPDATE to sending, with a fresh token, a lease and the
+    attempt counted, plus the attempt's history row. The row must be locked by
+    ``lock_due_delivery`` in this transaction."""
     row = tx.conn.execute(
         """
         WITH claimed AS (
             UPDATE notification_deliveries
             SET status = 'sending', claim_token = gen_random_uuid(),
                 lease_until = now() + make_interval(secs => %(lease)s),
-                attempts = attempts + 1, updated_at = now()
-            WHERE id = %(id)s AND status = 'pending' AND send_after <= now()
+                attempts = attempts + 1, status_reason = NULL, updated_at = now()
+            WHERE id = %(id)s AND status IN ('pending', 'deferred') AND send_after <= now()
             RETURNING id, notification_id, claim_token, attempts
         ), attempt AS (
             INSERT INTO delivery_attempts (delivery_id, attempt_no, claim_token)
             SELECT id, attempts, claim_token FROM claimed
         )
-        SELECT c.id, c.claim_token, c.attempts, u.email, u.deactivated_at IS NULL,
-               n.title, n.body, n.data ->> 'href'
+        SELECT c.id, c.claim_token, c.attempts, u.id, u.email, n.category, n.title, n.body,
+               n.data ->> 'href'
         FROM claimed c
         JOIN notifications n ON n.id = c.notification_id
         JOIN users u ON u.id = n.recipient_user_id
@@ -85,32 +129,71 @@ def claim_delivery(tx: TenantTx, delivery_id: int, lease_seconds: int) -> Claime
         {"id": delivery_id, "lease": lease_seconds},
     ).fetchone()
     if row is None:
-        return None
+        raise RuntimeError(f"delivery {delivery_id} was not locked for its claim")
     token = row[1]
     assert isinstance(token, UUID)
     return ClaimedEmail(
-        int(str(row[0])), token, int(str(row[2])), str(row[3]), bool(row[4]),
-        str(row[5]), str(row[6]), None if row[7] is None else str(row[7]),
+        int(str(row[0])), token, int(str(row[2])), int(str(row[3])), str(row[4]), str(row[5]),
+        str(row[6]), str(row[7]), None if row[8] is None else str(row[8]),
     )
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    delivery_id: int
+    reason: str
+
+
+def claim_delivery(tx: TenantTx, delivery_id: int, lease_seconds: int) -> ClaimedEmail | Cancelled | None:
+    """Lock, re-check and claim in one transaction: the claim to send with, a cancellation
+    (with its reason) when the delivery is no longer wanted, or None when it is not ours.
+    Commit before calling the provider."""
+    due = lock_due_delivery(tx, delivery_id)
+    if due is None:
+        return None
+    if due.verdict is not None:
+        settle_unsent(tx, due.delivery_id, "cancelled", due.verdict)
+        return Cancelled(due.delivery_id, due.verdict)
+    return start_attempt(tx, due.delivery_id, lease_seconds)
+
+
+def mark_provider_called(tx: TenantTx, claim: ClaimedEmail) -> bool:
+    """Commit, just before the provider call, that the call is about to happen. False if
+    our lease has run out or another worker holds the row now: then do not call."""
+    row = tx.conn.execute(
+        """
+        UPDATE delivery_attempts a SET provider_called_at = now()
+        FROM notification_deliveries d
+        WHERE a.delivery_id = %(id)s AND a.claim_token = %(token)s AND a.ended_at IS NULL
+          AND d.id = a.delivery_id AND d.claim_token = %(token)s AND d.status = 'sending'
+          AND d.lease_until > now()
+        RETURNING a.id
+        """,
+        {"id": claim.delivery_id, "token": claim.claim_token},
+    ).fetchone()
+    return row is not None
 
 
 def record_accepted(
     tx: TenantTx, claim: ClaimedEmail, provider_message_id: str, request_id: str | None
 ) -> bool:
-    """Record the provider's acceptance; False if our claim was taken over meanwhile."""
+    """Record the provider's acceptance; False if another worker has claimed the row since.
+    A row the sweeper marked unknown while we waited still carries our token: the answer
+    we hold is the truth about it, so it is recorded."""
     row = tx.conn.execute(
         """
         WITH accepted AS (
             UPDATE notification_deliveries
-            SET status = 'accepted', provider_message_id = %(message_id)s, accepted_at = now(),
-                lease_until = NULL, last_error = NULL, last_error_class = NULL, updated_at = now()
-            WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
+            SET status = 'accepted', provider_message_id = coalesce(provider_message_id, %(message_id)s),
+                accepted_at = now(), lease_until = NULL, unknown_since = NULL, last_error = NULL,
+                last_error_class = NULL, status_reason = NULL, updated_at = now()
+            WHERE id = %(id)s AND claim_token = %(token)s AND status IN ('sending', 'unknown')
             RETURNING id, notification_id
         ), attempt AS (
             UPDATE delivery_attempts
             SET ended_at = now(), outcome = 'accepted', provider_message_id = %(message_id)s,
-                provider_request_id = %(request_id)s
-            WHERE delivery_id = %(id)s AND claim_token = %(token)s AND ended_at IS NULL
+                provider_request_id = %(request_id)s, error = NULL, error_class = NULL
+            WHERE delivery_id = %(id)s AND claim_token = %(token)s
               AND EXISTS (SELECT 1 FROM accepted)
         ), ledger AS (
             UPDATE notification_ledger l SET delivered_at = coalesce(l.delivered_at, now())
@@ -129,36 +212,90 @@ def record_failure(
     tx: TenantTx,
     claim: ClaimedEmail,
     *,
-    outcome: str,
     error_class: str,
     error: str,
     retry_at: datetime | None,
     request_id: str | None = None,
 ) -> bool:
-    """Record a failed attempt: back to pending at ``retry_at``, or ``outcome`` for good
-    (failed, cancelled). Fenced by the claim token like every result write."""
-    status = "pending" if retry_at is not None else outcome
+    """A failed attempt: back to pending at ``retry_at``, or failed for good. Fenced by
+    the claim token like every result write."""
     row = tx.conn.execute(
         """
         WITH updated AS (
             UPDATE notification_deliveries
-            SET status = %(status)s, send_after = coalesce(%(retry_at)s, send_after),
-                lease_until = NULL, enqueued_at = NULL, last_error = %(error)s,
-                last_error_class = %(error_class)s,
-                status_reason = CASE WHEN %(status)s = 'cancelled' THEN %(error)s END,
+            SET status = CASE WHEN %(retry_at)s::timestamptz IS NULL THEN 'failed' ELSE 'pending' END,
+                send_after = coalesce(%(retry_at)s, send_after), lease_until = NULL,
+                enqueued_at = NULL, last_error = %(error)s, last_error_class = %(error_class)s,
                 updated_at = now()
             WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
             RETURNING id
         )
         UPDATE delivery_attempts
-        SET ended_at = now(), outcome = %(outcome)s, error_class = %(error_class)s,
-            error = %(error)s, provider_request_id = %(request_id)s
+        SET ended_at = now(), error_class = %(error_class)s, error = %(error)s,
+            outcome = CASE WHEN %(retry_at)s::timestamptz IS NULL THEN 'failed' ELSE 'retry' END,
+            provider_request_id = %(request_id)s
         WHERE delivery_id = %(id)s AND claim_token = %(token)s AND ended_at IS NULL
           AND EXISTS (SELECT 1 FROM updated)
         RETURNING id
         """,
-        {"id": claim.delivery_id, "token": claim.claim_token, "status": status,
-         "retry_at": retry_at, "error": error[:500], "error_class": error_class,
-         "outcome": "retry" if retry_at is not None else outcome, "request_id": request_id},
+        {"id": claim.delivery_id, "token": claim.claim_token, "retry_at": retry_at,
+         "error": error[:500], "error_class": error_class, "request_id": request_id},
     ).fetchone()
     return row is not None
+
+
+def record_unknown(tx: TenantTx, claim: ClaimedEmail, error: str) -> bool:
+    """The request left and no answer came back: the provider may have the message.
+    Reconciliation (the sweeper, or a provider event) decides what happens next."""
+    row = tx.conn.execute(
+        """
+        WITH updated AS (
+            UPDATE notification_deliveries
+            SET status = 'unknown', unknown_since = now(), lease_until = NULL,
+                last_error = %(error)s, last_error_class = 'uncertain', updated_at = now()
+            WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
+            RETURNING id
+        )
+        UPDATE delivery_attempts
+        SET ended_at = now(), outcome = 'unknown', error_class = 'uncertain', error = %(error)s
+        WHERE delivery_id = %(id)s AND claim_token = %(token)s AND ended_at IS NULL
+          AND EXISTS (SELECT 1 FROM updated)
+        RETURNING id
+        """,
+        {"id": claim.delivery_id, "token": claim.claim_token, "error": error[:500]},
+    ).fetchone()
+    return row is not None
+
+
+def deliveries_to_enqueue(tx: TenantTx, *, everything: bool = False, limit: int = 10_000) -> list[int]:
+    """Due pending or deferred deliveries that were never enqueued, or whose message may
+    be lost (enqueued long ago and still waiting: a crash after commit, a flushed Redis).
+    ``everything``: also those enqueued recently (Redis is known to have lost them)."""
+    rows = tx.conn.execute(
+        """
+        SELECT id FROM notification_deliveries
+        WHERE status IN ('pending', 'deferred') AND send_after <= now()
+          AND (%(everything)s OR enqueued_at IS NULL
+               OR enqueued_at < now() - make_interval(secs => %(stale)s))
+        ORDER BY send_after, id
+        LIMIT %(limit)s
+        """,
+        {"everything": everything, "stale": REENQUEUE_AFTER_SECONDS, "limit": limit},
+    ).fetchall()
+    return [int(str(r[0])) for r in rows]
+
+
+def mark_enqueued(tx: TenantTx, delivery_ids: list[int]) -> None:
+    """Note that messages were sent. Rows another transaction is marking or claiming right
+    now are skipped: waiting for them could deadlock, and that one records the same fact."""
+    tx.conn.execute(
+        """
+        UPDATE notification_deliveries SET enqueued_at = now()
+        WHERE id IN (
+            SELECT id FROM notification_deliveries
+            WHERE id = ANY(%s) AND status IN ('pending', 'deferred')
+            ORDER BY id FOR UPDATE SKIP LOCKED
+        )
+        """,
+        [delivery_ids],
+    )

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from db.errors import DatabaseUnavailable
+
+T = TypeVar("T")
 
 CONNECT_TIMEOUT = 10  # seconds to wait for PostgreSQL to accept a connection
 _lock = threading.Lock()
@@ -29,6 +33,8 @@ def open_pool(database_url: str, *, max_size: int = 10, min_size: int = 1) -> Co
             min_size=min(min_size, max_size),
             max_size=max_size,
             kwargs={"autocommit": True},
+            # A connection whose backend was terminated is replaced, not handed out.
+            check=ConnectionPool.check_connection,
             open=False,
             name="tocsin",
         )
@@ -65,6 +71,20 @@ def close_pool() -> None:
         if _pool is not None:
             _pool.close()
             _pool = None
+
+
+def retrying(write: Callable[[], T], attempts: int = 3) -> T:
+    """Run a self-contained transaction again when its connection broke (a restarted
+    server, a terminated backend). Only for writes whose outcome must not be lost, such as
+    a provider's answer; each run is one whole transaction, so a retry never half-applies."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return write()
+        except psycopg.OperationalError:
+            if attempt == attempts:
+                raise
+            time.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")
 
 
 @contextmanager

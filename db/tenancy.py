@@ -12,7 +12,7 @@ from psycopg import sql
 from db.errors import NotMigrated
 from db.migrations import apply_tenant_migrations, ensure_control_schema
 from db.pool import connection
-from domain.errors import Conflict, NotFound
+from domain.errors import Conflict, InvalidInput, NotFound
 from domain.identity import schema_for, valid_name, valid_slug, valid_zone
 
 Connection = psycopg.Connection[tuple[object, ...]]
@@ -26,6 +26,7 @@ class Tenant:
     schema: str
     time_zone: str
     status: str
+    unknown_outcome_policy: str = "resend"  # domain.delivery.UnknownPolicy
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,12 @@ class TenantTx:
     tenant: Tenant
 
 
-_TENANT_COLUMNS = "id, slug, name, schema_name, time_zone, status"
+_TENANT_COLUMNS = "id, slug, name, schema_name, time_zone, status, unknown_outcome_policy"
 
 
 def _tenant(row: tuple[object, ...]) -> Tenant:
-    return Tenant(int(str(row[0])), str(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]))
+    return Tenant(int(str(row[0])), str(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]),
+                  str(row[6]))
 
 
 def create_tenant(slug: str, name: str, time_zone: str) -> Tenant:
@@ -69,6 +71,19 @@ def list_tenants(*, active_only: bool = False) -> list[Tenant]:
             f"SELECT {_TENANT_COLUMNS} FROM control.tenants {where} ORDER BY slug"
         ).fetchall()
     return [_tenant(r) for r in rows]
+
+
+def set_unknown_outcome_policy(slug: str, policy: str) -> None:
+    """What reconciliation does with this tenant's unknown outcomes (resend or hold)."""
+    if policy not in ("resend", "hold"):
+        raise InvalidInput(f"unknown-outcome policy must be resend or hold, got {policy!r}")
+    with connection() as conn:
+        row = conn.execute(
+            "UPDATE control.tenants SET unknown_outcome_policy = %s WHERE slug = %s RETURNING id",
+            [policy, valid_slug(slug)],
+        ).fetchone()
+    if row is None:
+        raise NotFound(f"unknown tenant {slug!r}")
 
 
 @contextmanager

@@ -1,18 +1,73 @@
-"""Delivery decisions: how provider errors are classed and when a retry is due."""
+"""Delivery decisions: the state machine of one delivery, how provider errors are classed,
+and when a retry is due.
+
+A delivery is one message to one recipient on one channel. Its status moves only along
+the transitions below; every move the database makes is one of them (the SQL in
+db/deliveries.py guards each UPDATE with the statuses it may leave).
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from enum import StrEnum
 
-MAX_ATTEMPTS = 8  # attempts per delivery before it ends failed (about 3-6 hours of retries)
-BASE_DELAY = timedelta(minutes=5)  # ceiling of the first retry delay; doubles each attempt
+MAX_ATTEMPTS = 8  # provider calls per delivery before it ends failed
+BASE_DELAY = timedelta(minutes=6)  # ceiling of the first retry delay; doubles each attempt
 MAX_DELAY = timedelta(hours=2)  # no single wait is longer than this
 
 
+class Status(StrEnum):
+    PENDING = "pending"  # due at send_after; waiting for a worker
+    DEFERRED = "deferred"  # held until send_after (quiet hours); never dropped
+    BATCHED = "batched"  # waiting for the recipient's digest
+    SENDING = "sending"  # claimed by one worker until lease_until
+    ACCEPTED = "accepted"  # the provider took it
+    DELIVERED = "delivered"  # the provider reports the recipient's server took it
+    BOUNCED = "bounced"
+    COMPLAINED = "complained"
+    FAILED = "failed"  # permanent error or attempts exhausted: needs a person
+    UNKNOWN = "unknown"  # the provider may or may not have it: reconciliation decides
+    CANCELLED = "cancelled"  # no longer wanted, with a stated reason
+
+
+TERMINAL = frozenset({Status.BOUNCED, Status.COMPLAINED, Status.FAILED, Status.CANCELLED})
+
+# Every allowed move. Provider events (delivered, bounced, complained) may arrive for a
+# message we have not yet recorded as accepted, so they may follow sending and unknown too.
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset({Status.SENDING, Status.DEFERRED, Status.BATCHED, Status.CANCELLED}),
+    Status.DEFERRED: frozenset({Status.SENDING, Status.PENDING, Status.BATCHED, Status.CANCELLED}),
+    Status.BATCHED: frozenset({Status.DELIVERED, Status.CANCELLED}),
+    Status.SENDING: frozenset({
+        Status.ACCEPTED, Status.PENDING, Status.DEFERRED, Status.BATCHED, Status.FAILED,
+        Status.UNKNOWN, Status.CANCELLED, Status.DELIVERED, Status.BOUNCED, Status.COMPLAINED,
+    }),
+    Status.ACCEPTED: frozenset({Status.DELIVERED, Status.BOUNCED, Status.COMPLAINED}),
+    Status.DELIVERED: frozenset({Status.BOUNCED, Status.COMPLAINED}),  # late bounce, complaint
+    Status.UNKNOWN: frozenset({
+        Status.ACCEPTED, Status.PENDING, Status.DELIVERED, Status.BOUNCED, Status.COMPLAINED,
+        Status.CANCELLED,
+    }),
+    Status.BOUNCED: frozenset(),
+    Status.COMPLAINED: frozenset(),
+    Status.FAILED: frozenset({Status.PENDING}),  # an operator's explicit retry
+    Status.CANCELLED: frozenset(),
+}
+
+
+def can_move(current: Status, target: Status) -> bool:
+    return target in TRANSITIONS[current]
+
+
+def sources_of(target: Status) -> frozenset[Status]:
+    """The statuses a move to ``target`` may start from (the guard of its UPDATE)."""
+    return frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
+
+
 class ErrorClass(StrEnum):
-    TRANSIENT = "transient"  # throttling, 5xx, timeouts: retry later
+    TRANSIENT = "transient"  # throttling, 5xx, refused connections: not sent, retry later
     PERMANENT = "permanent"  # rejected message, invalid address: fail now
+    UNCERTAIN = "uncertain"  # the request left and no answer came back: may have been sent
 
 
 # Provider error codes that will fail the same way however often they are retried.
@@ -25,9 +80,20 @@ PERMANENT_CODES = frozenset({
     "BadRequestException",
     "NotFoundException",
 })
+# Codes that say "slow down": retried whatever HTTP status carries them (SES v1 answers
+# throttling with a 400).
+THROTTLING_CODES = frozenset({
+    "Throttling",
+    "ThrottlingException",
+    "TooManyRequestsException",
+    "LimitExceededException",
+    "MaxSendingRateExceeded",
+})
 
 
 def classify_provider_error(code: str | None, http_status: int | None) -> ErrorClass:
+    if code in THROTTLING_CODES:
+        return ErrorClass.TRANSIENT
     if code in PERMANENT_CODES:
         return ErrorClass.PERMANENT
     if http_status is not None and 400 <= http_status < 500 and http_status not in (408, 429):
@@ -36,17 +102,32 @@ def classify_provider_error(code: str | None, http_status: int | None) -> ErrorC
 
 
 def retry_delay(attempt: int, jitter: float) -> timedelta:
-    """Delay before the attempt after ``attempt`` (1-based): exponential with full jitter
-    over its upper half, so a burst of failures does not retry in lockstep.
+    """Delay before the attempt after ``attempt`` (1-based): exponential, with jitter over
+    the upper half of each step so a burst of failures does not retry in lockstep.
     ``jitter`` is a number in [0, 1) the caller draws."""
+    if attempt < 1:
+        raise ValueError("attempts count from 1")
     if not 0 <= jitter < 1:
         raise ValueError("jitter must be in [0, 1)")
-    ceiling = min(BASE_DELAY * (1 << (attempt - 1)), MAX_DELAY)
+    ceiling = min(BASE_DELAY * (1 << min(attempt - 1, 20)), MAX_DELAY)
     return ceiling / 2 + (ceiling / 2) * jitter
+
+
+def retry_schedule_bounds() -> tuple[timedelta, timedelta]:
+    """Shortest and longest total wait from the first attempt to the last one."""
+    steps = [min(BASE_DELAY * (1 << (n - 1)), MAX_DELAY) for n in range(1, MAX_ATTEMPTS)]
+    return sum(steps, timedelta()) / 2, sum(steps, timedelta())
 
 
 def should_retry(error_class: ErrorClass, attempts: int) -> bool:
     return error_class is ErrorClass.TRANSIENT and attempts < MAX_ATTEMPTS
+
+
+class UnknownPolicy(StrEnum):
+    """What reconciliation does with an unknown outcome when no provider event arrived."""
+
+    RESEND = "resend"  # send again with the same Message-ID
+    HOLD = "hold"  # keep it unknown and list it for a person to decide
 
 
 def email_message_id(tenant_slug: str, delivery_id: int, sender_domain: str) -> str:
@@ -55,8 +136,11 @@ def email_message_id(tenant_slug: str, delivery_id: int, sender_domain: str) -> 
     return f"<delivery-{delivery_id}.{tenant_slug}@{sender_domain}>"
 
 
-def email_text(body: str, link: str | None) -> str:
+def email_text(body: str, link: str | None, unsubscribe_link: str | None = None) -> str:
     text = body.rstrip() + "\n"
     if link:
         text += f"\nOpen it in your portal: {link}\n"
-    return text + "\nYou receive this because your organisation uses Tocsin for compliance reminders.\n"
+    text += "\nYou receive this because your organisation uses Tocsin for compliance reminders.\n"
+    if unsubscribe_link:
+        text += f"Stop these emails: {unsubscribe_link}\n"
+    return text

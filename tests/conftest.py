@@ -38,6 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from db.migrations import migrate_all
 
     migrate_all()
+    if "SES_ENDPOINT_URL" in _services.env:  # the local endpoint: sender and ops topic
+        from actors.ops import prepare_local_aws
+        from tocsin.config import load_settings
+
+        prepare_local_aws(load_settings())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -157,6 +157,43 @@ def cmd_ledger(args: argparse.Namespace) -> None:
             _out("(the ledger is empty: no milestone has been claimed yet)")
 
 
+def cmd_sweep(args: argparse.Namespace) -> None:
+    from actors.sweep import run_sweep
+    from db.tenancy import get_tenant, list_tenants
+
+    if args.tenant:
+        slugs = [get_tenant(valid_slug(args.tenant)).slug]
+    else:
+        slugs = [t.slug for t in list_tenants(active_only=True)]
+    _out(f"Sweeping {len(slugs)} tenant(s)")
+    for index, slug in enumerate(slugs, 1):
+        r = run_sweep(slug)
+        _out(f"[{index}/{len(slugs)}] {slug}: leases expired {r.leases.retried + r.leases.unknown} "
+             f"(retry {r.leases.retried}, unknown {r.leases.unknown}, failed {r.leases.failed}), "
+             f"unknown confirmed {r.reconciled.confirmed}, resent {r.reconciled.resent}, "
+             f"held {r.reconciled.held}, claims repaired {r.repaired}, emails enqueued {r.enqueued}, "
+             f"alerts raised {r.alerts_raised}, published {r.alerts_published}")
+
+
+def cmd_stuck(args: argparse.Namespace) -> None:
+    from datetime import timedelta
+
+    from db.alerts import stuck_claims
+    from db.tenancy import tenant_tx
+
+    grace = timedelta(minutes=args.older_than)
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        stuck = stuck_claims(tx, grace)
+    if not stuck:
+        _out(f"No stuck claims: every claim older than {args.older_than} minutes notified someone.")
+        return
+    _out(f"{len(stuck)} claim(s) older than {args.older_than} minutes have notified nobody:")
+    _out(f"{'LEDGER':>7}  {'RULE':<8} {'SUBJECT':<16} {'THRESHOLD':<9} {'DUE ON':<10}  CLAIMED (UTC)")
+    for s in stuck:
+        _out(f"{s.ledger_id:>7}  {s.rule:<8} {s.subject_kind + ' ' + str(s.subject_id):<16} "
+             f"{s.threshold:<9} {s.due_on.isoformat():<10}  {s.claimed_at.astimezone(UTC):%Y-%m-%d %H:%M}")
+
+
 def cmd_up(args: argparse.Namespace) -> None:
     from tocsin.processes import run_everything
 
@@ -233,6 +270,15 @@ def build_parser() -> Parser:
     p.add_argument("--tenant", required=True)
     p.add_argument("--csv", action="store_true", help="CSV on stdout")
 
+    p = command("sweep", cmd_sweep,
+                "recover from Postgres state: expired leases, unknown outcomes, unsent work, alerts")
+    p.add_argument("--tenant", help="one tenant (default: every active tenant)")
+
+    p = command("stuck", cmd_stuck, "list claims that have notified nobody after a grace period")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--older-than", type=positive_count, default=30, metavar="MINUTES",
+                   help="grace period in minutes (default 30)")
+
     p = command("up", cmd_up,
                 "run everything: embedded services, migrate, seed, web + worker + clock")
     p.add_argument("--no-demo", action="store_true",
@@ -241,7 +287,7 @@ def build_parser() -> Parser:
     p = command("worker", cmd_worker, "run the Dramatiq worker (own session, signals forwarded)")
     p.add_argument("--processes", type=positive_count, default=2)
     p.add_argument("--threads", type=positive_count, default=4)
-    command("clock", cmd_clock, "enqueue a scan tick at start and every SCAN_INTERVAL_SECONDS")
+    command("clock", cmd_clock, "enqueue the scan tick and the sweep, each on its interval")
     return parser
 
 

@@ -7,6 +7,7 @@ the repr, so a settings object can be logged.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -37,6 +38,13 @@ class Settings:
     delivery_lease_seconds: int  # seconds a worker owns a delivery before it may be taken over
     home: Path  # where embedded services keep their data
     db_pool_max: int
+    ses_max_send_rate: float = 14.0  # emails per second, across every worker
+    sweep_interval_seconds: int = 60  # seconds between two sweeps
+    reconcile_window_seconds: int = 15 * 60  # wait for a provider event before resending
+    stuck_grace_seconds: int = 30 * 60  # a claim notifying nobody this long is stuck
+    ops_topic_arn: str | None = None  # SNS topic for ops alerts; unset: alerts only logged
+    # SNS signing certificates and subscription URLs must match this (scheme and host).
+    sns_trusted_url_pattern: str = r"^https://sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/"
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -56,6 +64,28 @@ def env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if not value > 0:
+        raise ConfigError(f"{name} must be greater than 0, got {raw}")
+    return value
+
+
+def _pattern(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name) or default
+    try:
+        re.compile(value)
+    except re.error as error:
+        raise ConfigError(f"{name} is not a valid regular expression: {error}") from None
     return value
 
 
@@ -95,4 +125,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         delivery_lease_seconds=env_int(env, "DELIVERY_LEASE_SECONDS", 5 * 60),
         home=Path(env.get("TOCSIN_HOME", ".tocsin")).resolve(),
         db_pool_max=env_int(env, "DB_POOL_MAX", 10),
+        ses_max_send_rate=env_float(env, "SES_MAX_SEND_RATE", 14.0),
+        sweep_interval_seconds=env_int(env, "SWEEP_INTERVAL_SECONDS", 60),
+        reconcile_window_seconds=env_int(env, "RECONCILE_WINDOW_SECONDS", 15 * 60, minimum=0),
+        stuck_grace_seconds=env_int(env, "STUCK_GRACE_SECONDS", 30 * 60, minimum=0),
+        ops_topic_arn=env.get("OPS_TOPIC_ARN") or None,
+        sns_trusted_url_pattern=_pattern(env, "SNS_TRUSTED_URL_PATTERN", Settings.sns_trusted_url_pattern),
     )

@@ -71,9 +71,9 @@ def run_everything(seed: bool = True) -> None:
         report = migrate_all()
         print(f"  migrations: {len(report.applied)} applied", flush=True)
         if wants_local_aws(os.environ) or services.env.get("SES_ENDPOINT_URL"):
-            from actors.ses import SesMailer
+            from actors.ops import prepare_local_aws
 
-            SesMailer(settings).ensure_sender_identity()
+            prepare_local_aws(settings)
         demo_lines = list(seed_demo()) if seed else []
         honcho = shutil.which("honcho") or str(Path(sys.executable).parent / "honcho")
         print("", flush=True)

@@ -80,10 +80,10 @@ class SesOutbox:
     def reset(self) -> None:
         request = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")
         urllib.request.urlopen(request, timeout=10).close()
-        from actors.ses import SesMailer
+        from actors.ops import prepare_local_aws
         from tocsin.config import load_settings
 
-        SesMailer(load_settings()).ensure_sender_identity()
+        prepare_local_aws(load_settings())
 
     def sent(self) -> list[SentEmail]:
         with urllib.request.urlopen(f"{self.endpoint}/moto-api/data.json", timeout=10) as r:

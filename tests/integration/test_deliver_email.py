@@ -11,7 +11,7 @@ import pytest
 from actors.email import deliver_email
 from actors.scan import run_scan
 from actors.ses import Accepted, Mailer, OutgoingEmail, ProviderError, SesMailer, set_mailer
-from db.deliveries import claim_delivery, record_accepted
+from db.deliveries import ClaimedEmail, claim_delivery, record_accepted
 from db.tenancy import Tenant, tenant_tx
 from domain.delivery import ErrorClass
 from tests.integration.builders import add_client, ledger, scalar
@@ -101,13 +101,13 @@ def test_a_stale_workers_late_result_write_changes_nothing(
     delivery_id = _one_pending_delivery(tenant)
     with tenant_tx(tenant.slug) as tx:
         stale = claim_delivery(tx, delivery_id, lease_seconds=60)
-    assert stale is not None
+    assert isinstance(stale, ClaimedEmail)
     # The lease is taken over (as the sweeper will do once it has expired).
     with tenant_tx(tenant.slug) as tx:
         tx.conn.execute("UPDATE notification_deliveries SET status = 'pending' WHERE id = %s",
                         [delivery_id])
         fresh = claim_delivery(tx, delivery_id, lease_seconds=60)
-    assert fresh is not None and fresh.claim_token != stale.claim_token
+    assert isinstance(fresh, ClaimedEmail) and fresh.claim_token != stale.claim_token
     with tenant_tx(tenant.slug) as tx:
         assert record_accepted(tx, stale, "stale-provider-id", None) is False
         assert record_accepted(tx, fresh, "fresh-provider-id", None) is True

@@ -1,0 +1,95 @@
+"""The sweeper: recovery from Postgres state alone, run by the clock every minute.
+
+It re-enqueues what is due and unsent, turns expired leases into retries or unknown
+outcomes, reconciles unknown outcomes, repairs claims committed without their
+notifications, and raises and publishes ops alerts. Every step is guarded in SQL, so a
+second sweep, or a sweep from a second clock at the same moment, changes nothing.
+
+A flushed (or restarted, empty) Redis is noticed by a marker key that only the sweeper
+writes: when it is missing, every due delivery is enqueued again, not only stale ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+import dramatiq
+import redis
+
+from actors.ops import publish_alerts
+from actors.scan import enqueue_deliveries
+from db.alerts import raise_alerts
+from db.deliveries import deliveries_to_enqueue
+from db.ledger import prepare_claims
+from db.recovery import LeaseReport, ReconcileReport, expire_leases, reconcile_unknown
+from db.tenancy import list_tenants, tenant_tx
+from domain.delivery import UnknownPolicy
+from tocsin.config import load_settings
+
+log = logging.getLogger("tocsin.sweep")
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    tenant: str
+    leases: LeaseReport
+    reconciled: ReconcileReport
+    repaired: int  # claims given the notifications they were committed without
+    enqueued: int
+    alerts_raised: int
+    alerts_published: int
+
+
+def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
+    settings = load_settings()
+    with tenant_tx(slug) as tx:
+        leases = expire_leases(tx)
+    with tenant_tx(slug) as tx:
+        reconciled = reconcile_unknown(tx, settings.reconcile_window_seconds,
+                                       UnknownPolicy(tx.tenant.unknown_outcome_policy))
+    with tenant_tx(slug) as tx:
+        repaired = prepare_claims(tx)
+        to_send = deliveries_to_enqueue(tx, everything=redis_lost)
+    enqueue_deliveries(slug, to_send)  # after commit: a message never names an uncommitted row
+    with tenant_tx(slug) as tx:
+        raised = raise_alerts(tx, timedelta(seconds=settings.stuck_grace_seconds))
+    published = publish_alerts(slug)
+    return SweepReport(slug, leases, reconciled, repaired, len(to_send), raised, published)
+
+
+def marker_key() -> str:
+    return f"{load_settings().dramatiq_namespace}:sweeper-marker"
+
+
+def redis_was_emptied(client: redis.Redis) -> bool:
+    """True when the marker is gone: Redis was flushed or restarted empty since the last
+    sweep, and every message it held may be lost."""
+    return not client.exists(marker_key())
+
+
+@dramatiq.actor(queue_name="sweep", time_limit=5 * 60_000, max_age=10 * 60_000)  # milliseconds
+def sweep_tenant(slug: str, redis_lost: bool = False) -> None:
+    r = run_sweep(slug, redis_lost=redis_lost)
+    if r.leases != LeaseReport(0, 0, 0) or r.reconciled != ReconcileReport(0, 0, 0) or r.repaired \
+            or r.enqueued or r.alerts_raised:
+        log.info("swept tenant=%s retried=%d unknown=%d failed=%d confirmed=%d resent=%d held=%d "
+                 "repaired=%d enqueued=%d alerts=%d published=%d", slug, r.leases.retried,
+                 r.leases.unknown, r.leases.failed, r.reconciled.confirmed, r.reconciled.resent,
+                 r.reconciled.held, r.repaired, r.enqueued, r.alerts_raised, r.alerts_published)
+
+
+@dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=10 * 60_000)  # milliseconds
+def sweep() -> None:
+    """Fan out one sweep per active tenant."""
+    from actors.broker import broker
+
+    client = broker.client
+    lost = redis_was_emptied(client)
+    if lost:
+        log.warning("Redis holds no sweeper marker (flushed or restarted): re-enqueueing all due work")
+    for tenant in list_tenants(active_only=True):
+        sweep_tenant.send(tenant.slug, lost)
+    if lost:
+        client.set(marker_key(), "1")

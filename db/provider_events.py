@@ -1,0 +1,124 @@
+"""Provider events (SES through SNS): what they change, and the replay guard.
+
+An event names its delivery by the message tags we sent (tenant, delivery). It is kept
+as received in delivery_events, moves the delivery forward along the state machine, and a
+hard bounce or a complaint puts the address on the tenant's suppression list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from db.pool import connection
+from db.tenancy import TenantTx, tenant_tx
+
+
+@dataclass(frozen=True)
+class ProviderEvent:
+    delivery_id: int
+    event_type: str  # send, delivery, bounce, complaint, reject, delivery_delay
+    provider_message_id: str
+    occurred_at: datetime
+    permanent_bounce: bool  # a bounce that will recur: suppress the address
+    detail: str | None
+
+
+# The status an event moves a delivery to, and the statuses it may move it from.
+_MOVES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "send": ("accepted", ("sending", "unknown")),
+    "delivery": ("delivered", ("sending", "unknown", "accepted")),
+    "bounce": ("bounced", ("sending", "unknown", "accepted", "delivered")),
+    "complaint": ("complained", ("sending", "unknown", "accepted", "delivered")),
+    "reject": ("failed", ("sending", "unknown", "accepted")),
+}
+
+
+class Replayed(Exception):
+    """This SNS message id was accepted before."""
+
+
+def _remember(conn: psycopg.Connection[tuple[object, ...]], message_id: str, topic_arn: str) -> None:
+    row = conn.execute(
+        "INSERT INTO control.sns_messages (message_id, topic_arn) VALUES (%s, %s) "
+        "ON CONFLICT DO NOTHING RETURNING 1",
+        [message_id, topic_arn],
+    ).fetchone()
+    if row is None:
+        raise Replayed(message_id)
+
+
+def record_notification(
+    message_id: str, topic_arn: str, tenant: str | None, event: ProviderEvent | None
+) -> str | None:
+    """Accept one SNS message, once: its id is remembered in the same transaction as its
+    effect, so a replay (Replayed) changes nothing and a failure leaves it retryable.
+    Returns the delivery's status after the event, or None when it names no delivery."""
+    if tenant is None or event is None:
+        with connection() as conn, conn.transaction():
+            _remember(conn, message_id, topic_arn)
+        return None
+    with tenant_tx(tenant) as tx:
+        _remember(tx.conn, message_id, topic_arn)
+        return apply_event(tx, event)
+
+
+def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
+    """Record the event and move its delivery; the delivery's new status, or None when the
+    delivery is unknown to this tenant."""
+    target, sources = _MOVES.get(event.event_type, (None, ()))
+    row = tx.conn.execute(
+        """
+        WITH delivery AS (
+            SELECT d.id, d.notification_id, u.email
+            FROM notification_deliveries d
+            JOIN notifications n ON n.id = d.notification_id
+            JOIN users u ON u.id = n.recipient_user_id
+            WHERE d.id = %(id)s FOR UPDATE OF d
+        ), recorded AS (
+            INSERT INTO delivery_events (delivery_id, event_type, provider_message_id, detail, occurred_at)
+            SELECT id, %(type)s, %(message_id)s, %(detail)s, %(at)s FROM delivery
+        ), moved AS (
+            UPDATE notification_deliveries d
+            SET status = %(target)s, updated_at = now(), lease_until = NULL, unknown_since = NULL,
+                provider_message_id = coalesce(d.provider_message_id, %(message_id)s),
+                accepted_at = coalesce(d.accepted_at, now())
+            FROM delivery x
+            WHERE d.id = x.id AND %(target)s::text IS NOT NULL AND d.status = ANY(%(sources)s)
+            RETURNING d.id, d.notification_id
+        ), attempt AS (
+            UPDATE delivery_attempts a
+            SET ended_at = now(), outcome = 'accepted', provider_message_id = %(message_id)s
+            FROM moved m
+            WHERE a.delivery_id = m.id AND a.ended_at IS NULL AND %(type)s <> 'reject'
+        ), ledger AS (
+            UPDATE notification_ledger l SET delivered_at = coalesce(l.delivered_at, now())
+            FROM notifications n, moved m
+            WHERE n.id = m.notification_id AND l.id = n.ledger_id AND %(type)s IN ('send', 'delivery')
+        ), suppressed AS (
+            INSERT INTO suppressed_addresses (email, reason, source_delivery_id)
+            SELECT lower(email), CASE WHEN %(type)s = 'complaint' THEN 'complaint' ELSE 'bounce' END, id
+            FROM delivery
+            WHERE %(type)s = 'complaint' OR (%(type)s = 'bounce' AND %(permanent)s)
+            ON CONFLICT (email) DO NOTHING
+        )
+        SELECT d.status FROM notification_deliveries d JOIN delivery x ON x.id = d.id
+        """,
+        {"id": event.delivery_id, "type": event.event_type, "message_id": event.provider_message_id,
+         "detail": event.detail, "at": event.occurred_at, "target": target, "sources": list(sources),
+         "permanent": event.permanent_bounce},
+    ).fetchone()
+    if row is None:
+        return None
+    # The final SELECT reads the snapshot from before the CTEs; the status is the target
+    # when the move applied, else unchanged.
+    return target if target is not None and str(row[0]) in sources else str(row[0])
+
+
+def is_suppressed(tx: TenantTx, address: str) -> bool:
+    row = tx.conn.execute(
+        "SELECT 1 FROM suppressed_addresses WHERE email = lower(%s)", [address]
+    ).fetchone()
+    return row is not None
