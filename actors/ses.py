@@ -63,7 +63,10 @@ def aws_client(settings: Settings, service: str) -> object:
         service,
         region_name=settings.aws_region,
         endpoint_url=settings.ses_endpoint_url,
-        config=Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 1}),
+        # Exactly one HTTP request per call: a retry inside botocore would resend a message
+        # whose answer was lost, behind the back of the delivery state machine.
+        config=Config(connect_timeout=5, read_timeout=20,
+                      retries={"mode": "standard", "total_max_attempts": 1}),
         **credentials,
     )
 

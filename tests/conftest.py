@@ -32,6 +32,8 @@ def pytest_configure(config: pytest.Config) -> None:
     _services = start_embedded(home, env)
     os.environ.update(_services.env)
     os.environ.setdefault("MAIL_FROM", "Tocsin Tests <notifications@tocsin.example>")
+    # Tests that are about the send rate set their own limiter; the rest should not wait.
+    os.environ.setdefault("SES_MAX_SEND_RATE", "1000")
     os.environ["DRAMATIQ_NAMESPACE"] = f"tocsin-test-{uuid.uuid4().hex[:8]}"
     os.environ["TOCSIN_TEST_SERVICES_READY"] = "1"  # inherited by worker subprocesses
 

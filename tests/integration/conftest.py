@@ -11,12 +11,15 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.message import Message
+from typing import Any
 
 import pytest
 
 from db.migrations import drop_schema
 from db.pool import connection
 from db.tenancy import Tenant, create_tenant
+from tests.support.faulty_ses import FaultySes
+from tests.support.sns_signer import SnsSigner
 
 WAIT_LIMIT = 60.0  # seconds an eventually-true condition may take before the test fails
 
@@ -65,6 +68,7 @@ def make_tenant() -> Iterator[Callable[..., Tenant]]:
 
 @dataclass(frozen=True)
 class SentEmail:
+    ses_id: str  # the provider's id for this copy
     message_id: str
     to: str
     subject: str
@@ -93,7 +97,7 @@ class SesOutbox:
             message: Message = email.message_from_string(raw["raw_data"])
             payload = message.get_payload(decode=True)
             assert isinstance(payload, bytes)
-            out.append(SentEmail(str(message["Message-ID"]), str(message["To"]),
+            out.append(SentEmail(str(raw["id"]), str(message["Message-ID"]), str(message["To"]),
                                  str(message["Subject"]), payload.decode()))
         return out
 
@@ -137,3 +141,62 @@ def worker() -> Iterator[RunningWorker]:
     running = RunningWorker()
     yield running
     running.stop()
+
+
+@pytest.fixture
+def faulty_ses(ses: SesOutbox) -> Iterator[FaultySes]:
+    """The fault-injecting endpoint in front of the local SES, used by this process's
+    mailer (its policy and delay are set by the test)."""
+    from dataclasses import replace
+
+    from actors.ses import SesMailer, set_mailer
+    from tocsin.config import load_settings
+
+    with FaultySes(ses.endpoint) as proxy:
+        set_mailer(SesMailer(replace(load_settings(), ses_endpoint_url=proxy.url)))
+        try:
+            yield proxy
+        finally:
+            set_mailer(None)
+
+
+@pytest.fixture
+def sns_signer(monkeypatch: pytest.MonkeyPatch) -> Iterator[SnsSigner]:
+    """Signs SNS messages with a test key whose certificate the hook may fetch."""
+    signer = SnsSigner()
+    monkeypatch.setenv("SNS_TRUSTED_URL_PATTERN", signer.trusted_pattern)
+    yield signer
+    signer.close()
+
+
+class OpsInbox:
+    """What was published to the ops SNS topic, read through an SQS queue subscribed to it
+    on the local endpoint."""
+
+    def __init__(self) -> None:
+        from actors.ses import aws_client
+        from tocsin.config import load_settings
+
+        settings = load_settings()
+        assert settings.ops_topic_arn, "the test services set OPS_TOPIC_ARN"
+        self.sqs: Any = aws_client(settings, "sqs")
+        sns: Any = aws_client(settings, "sns")
+        self.url = self.sqs.create_queue(QueueName=f"ops-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])
+        sns.subscribe(TopicArn=settings.ops_topic_arn, Protocol="sqs",
+                      Endpoint=arn["Attributes"]["QueueArn"], Attributes={"RawMessageDelivery": "true"})
+        self.received: list[str] = []
+
+    def messages(self) -> list[str]:
+        while True:
+            batch = self.sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10).get("Messages", [])
+            if not batch:
+                return list(self.received)
+            for m in batch:
+                self.received.append(m["Body"])
+                self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=m["ReceiptHandle"])
+
+
+@pytest.fixture
+def ops_inbox(ses: SesOutbox) -> OpsInbox:
+    return OpsInbox()

@@ -1,0 +1,115 @@
+"""A fault-injecting HTTP endpoint in front of the local SES endpoint.
+
+Every request is forwarded to the real local endpoint, except that SendEmail requests go
+through a policy that can fail them (an HTTP 503 before forwarding: nothing sent) or drop
+the answer (forwarded, accepted by SES, then the connection closed without a response:
+the sender cannot know). Every SendEmail is logged with its arrival time and fate.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Literal
+
+Fate = Literal["pass", "fail", "drop"]
+SEND_PATH = "/v2/email/outbound-emails"
+
+
+@dataclass(frozen=True)
+class SendRecord:
+    at: float  # time.monotonic() when the request arrived
+    fate: Fate
+
+
+class FaultySes:
+    def __init__(self, upstream: str, policy: Callable[[int], Fate] = lambda n: "pass",
+                 delay: float = 0.0):
+        self.upstream = upstream.rstrip("/")
+        self.policy = policy  # called with the 1-based number of the SendEmail request
+        self.delay = delay  # seconds each SendEmail takes before it is forwarded
+        self.sends: list[SendRecord] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FaultySes:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def count(self, fate: Fate | None = None) -> int:
+        with self._lock:
+            return sum(1 for s in self.sends if fate is None or s.fate == fate)
+
+    def _fate(self) -> Fate:
+        with self._lock:
+            fate = self.policy(len(self.sends) + 1)
+            self.sends.append(SendRecord(time.monotonic(), fate))
+            return fate
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _forward(self, body: bytes | None) -> tuple[int, list[tuple[str, str]], bytes]:
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                request = urllib.request.Request(f"{outer.upstream}{self.path}", data=body,
+                                                 headers=headers, method=self.command)
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as response:
+                        return response.status, list(response.headers.items()), response.read()
+                except urllib.error.HTTPError as error:
+                    return error.code, list(error.headers.items()), error.read()
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                fate: Fate = "pass"
+                if self.command == "POST" and self.path.startswith(SEND_PATH):
+                    fate = outer._fate()
+                    if outer.delay:
+                        time.sleep(outer.delay)
+                if fate == "fail":
+                    payload = b'{"message":"injected: service unavailable"}'
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("x-amzn-ErrorType", "ServiceUnavailable")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                status, headers, payload = self._forward(body)
+                if fate == "drop":  # SES has it; the sender never hears
+                    self.close_connection = True
+                    return
+                self.send_response(status)
+                for name, value in headers:
+                    if name.lower() not in ("content-length", "transfer-encoding", "connection",
+                                            "server", "date"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+        return Handler
