@@ -66,7 +66,9 @@ class ClaimedEmail:
 
 def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
     """Lock a due pending or deferred delivery for this transaction, or None when it is
-    not ours to send (sent, being sent, cancelled, not yet due, locked by another worker)."""
+    not ours to send (sent, being sent, cancelled, not yet due). It waits for a short
+    transaction holding the row (a scan marking it enqueued, another worker claiming it)
+    and then re-reads it: skipping would drop the message while the row stays unsent."""
     row = tx.conn.execute(
         f"""
         SELECT d.id, n.recipient_user_id, n.category, {_VERDICT}
@@ -76,7 +78,7 @@ def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
         LEFT JOIN notification_ledger l ON l.id = n.ledger_id
         LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
         WHERE d.id = %s AND d.status IN ('pending', 'deferred') AND d.send_after <= now()
-        FOR UPDATE OF d SKIP LOCKED
+        FOR UPDATE OF d
         """,
         [delivery_id],
     ).fetchone()

@@ -96,3 +96,22 @@ def scan_concurrently(tenant: Tenant, as_of: datetime, scans: int) -> list[BaseE
     for t in threads:
         t.join()
     return errors
+
+
+def add_clients_in_bulk(tenant: Tenant, count: int, expires: date, users_each: int) -> None:
+    """Many clients, each with users who never log in (no password: hashing hundreds of
+    passwords would be most of a test's time)."""
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute(
+            """
+            WITH made AS (
+                INSERT INTO clients (name, access_expires_on)
+                SELECT 'Client ' || n, %(expires)s FROM generate_series(1, %(count)s) n
+                RETURNING id
+            )
+            INSERT INTO users (email, display_name, role, client_id)
+            SELECT 'user' || u || '.client' || m.id || '@example.com', 'User ' || u, 'client_user', m.id
+            FROM made m CROSS JOIN generate_series(1, %(users)s) u
+            """,
+            {"expires": expires, "count": count, "users": users_each},
+        )

@@ -167,10 +167,10 @@ def test_5_change_eligibility_before_delivery(tenant: Tenant, ses: SesOutbox) ->
     for delivery_id in _ids(tenant):  # the scan's messages reach a worker now
         deliver_email(tenant.slug, delivery_id)
 
-    reasons = dict(tenant_rows(tenant, "SELECT c.name, d.status || ': ' || d.status_reason "
-                                       "FROM notification_deliveries d JOIN notifications n ON n.id = d.notification_id "
-                                       "JOIN notification_ledger l ON l.id = n.ledger_id "
-                                       "JOIN clients c ON c.id = l.subject_id"))
+    reasons = dict(tenant_rows(
+        tenant, "SELECT c.name, d.status || ': ' || d.status_reason FROM notification_deliveries d "
+                "JOIN notifications n ON n.id = d.notification_id "
+                "JOIN notification_ledger l ON l.id = n.ledger_id JOIN clients c ON c.id = l.subject_id"))
     assert reasons == {
         "Renewed Ltd": "cancelled: licence renewed before delivery",
         "Moved Ltd": f"cancelled: licence renewed: this notice was for {DUE.isoformat()}",

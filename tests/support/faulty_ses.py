@@ -3,7 +3,9 @@
 Every request is forwarded to the real local endpoint, except that SendEmail requests go
 through a policy that can fail them (an HTTP 503 before forwarding: nothing sent) or drop
 the answer (forwarded, accepted by SES, then the connection closed without a response:
-the sender cannot know). Every SendEmail is logged with its arrival time and fate.
+the sender cannot know), or hold the answer (forwarded and accepted, the response kept back
+until ``release()``, so a test can kill or cut off the sender at a known point). Every
+SendEmail is logged with its arrival time and fate.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
 
-Fate = Literal["pass", "fail", "drop"]
+Fate = Literal["pass", "fail", "drop", "hold"]
 SEND_PATH = "/v2/email/outbound-emails"
 
 
@@ -34,6 +36,7 @@ class FaultySes:
         self.policy = policy  # called with the 1-based number of the SendEmail request
         self.delay = delay  # seconds each SendEmail takes before it is forwarded
         self.sends: list[SendRecord] = []
+        self.released = threading.Event()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -48,8 +51,13 @@ class FaultySes:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release()
         self._server.shutdown()
         self._server.server_close()
+
+    def release(self) -> None:
+        """Answer every held send, and stop holding."""
+        self.released.set()
 
     def count(self, fate: Fate | None = None) -> int:
         with self._lock:
@@ -71,7 +79,8 @@ class FaultySes:
                 pass
 
             def _forward(self, body: bytes | None) -> tuple[int, list[tuple[str, str]], bytes]:
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                skip = ("host", "content-length")
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
                 request = urllib.request.Request(f"{outer.upstream}{self.path}", data=body,
                                                  headers=headers, method=self.command)
                 try:
@@ -101,6 +110,8 @@ class FaultySes:
                 if fate == "drop":  # SES has it; the sender never hears
                     self.close_connection = True
                     return
+                if fate == "hold":
+                    outer.released.wait(60)
                 self.send_response(status)
                 for name, value in headers:
                     if name.lower() not in ("content-length", "transfer-encoding", "connection",
