@@ -130,12 +130,13 @@ def apply_send_check(tx: TenantTx, delivery_id: int, check: SendCheck, claim_tok
     row = tx.conn.execute(
         """
         UPDATE notification_deliveries
-        SET status = %(status)s, status_reason = %(reason)s,
-            send_after = coalesce(%(send_after)s, send_after),
-            batch_period = %(period)s, batched_at = CASE WHEN %(period)s IS NULL THEN NULL ELSE now() END,
+        SET status = %(status)s, status_reason = %(reason)s::text,
+            send_after = coalesce(%(send_after)s::timestamptz, send_after),
+            batch_period = %(period)s::text,
+            batched_at = CASE WHEN %(period)s::text IS NULL THEN NULL ELSE now() END,
             lease_until = NULL, enqueued_at = NULL, updated_at = now()
         WHERE id = %(id)s AND notification_id IS NOT NULL
-          AND (status = 'pending' OR (status = 'sending' AND claim_token = %(token)s))
+          AND (status = 'pending' OR (status = 'sending' AND claim_token = %(token)s::uuid))
         RETURNING id
         """,
         {"status": status, "reason": reason, "send_after": send_after, "period": period,
