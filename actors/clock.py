@@ -18,6 +18,7 @@ log = logging.getLogger("tocsin.clock")
 
 def run_clock(stop: threading.Event | None = None) -> None:
     settings = load_settings()
+    from actors.digest import digest_tick
     from actors.scan import tick  # configures the broker
 
     stop = stop or threading.Event()
@@ -33,6 +34,7 @@ def run_clock(stop: threading.Event | None = None) -> None:
     while not stop.is_set():
         try:
             tick.send()
+            digest_tick.send()
             log.info("tick enqueued")
         except Exception as error:  # Redis down: say so, and try again next interval
             log.error("could not enqueue the tick: %s", error)

@@ -85,8 +85,8 @@ def test_the_sql_resolution_agrees_with_the_domain_on_every_combination(tenant: 
                 for category in CATEGORIES:
                     if choice is not None:
                         tx.conn.execute(
-                            "INSERT INTO notification_preferences (user_id, category, in_app, email, frequency) "
-                            "VALUES (%s, %s, %s, %s, %s)",
+                            "INSERT INTO notification_preferences "
+                            "(user_id, category, in_app, email, frequency) VALUES (%s, %s, %s, %s, %s)",
                             [user, category, choice.in_app, choice.email, choice.frequency.value])
             chunk = states[start:start + len(CATEGORIES)]
             pairs = [(u, c) for u in users for c in CATEGORIES[:len(chunk)]]
@@ -95,7 +95,7 @@ def test_the_sql_resolution_agrees_with_the_domain_on_every_combination(tenant: 
             for user, choice in zip(users, choices, strict=True):
                 for category in CATEGORIES[:len(chunk)]:
                     expected[(user, category)] = resolve(choice, by_category[category])
-                    assert got[(user, category)] == expected[(user, category)], (choice, by_category[category])
+                    assert got[(user, category)] == expected[(user, category)], choice
                     assert resolve_preference(tx, user, category) == expected[(user, category)]
     assert len(expected) == len(users) * len(CATEGORIES)
 
