@@ -87,7 +87,8 @@ def test_a_member_sets_channels_frequency_and_quiet_hours_without_a_reload(
     expect(page.get_by_label("Time zone", exact=True)).to_have_value("Australia/Sydney")
     with tenant_tx(tenant.slug) as tx:
         assert not resolve_preference(tx, member.id, "report_ready").preference.email
-        assert resolve_preference(tx, member.id, "document_review").preference.frequency is Frequency.DAILY_DIGEST
+        digest = resolve_preference(tx, member.id, "document_review").preference.frequency
+        assert digest is Frequency.DAILY_DIGEST
         schedule = delivery_schedule(tx, member.id)
     assert schedule.zone == "Australia/Sydney" and schedule.quiet is not None
     # The refused "22:00 to 22:00" was a 422 the browser logs; nothing else went wrong.
