@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, time
 from zoneinfo import ZoneInfo
 
+from db.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.tenancy import TenantTx
+from domain.preferences import OPTED_OUT
 from domain.quiet_hours import DeliverySchedule, DigestDue, QuietHours, due_digest
 
 RULE = "digest"
@@ -58,6 +60,21 @@ class BuiltDigest:
     delivery_id: int  # the digest's email delivery, pending: enqueue it after commit
 
 
+# Late binding: an item whose recipient has since turned this category's email off is
+# cancelled with the reason instead of listed (the inbox row stays).
+_CANCEL_OPTED_OUT = f"""
+UPDATE notification_deliveries SET status = 'cancelled', status_reason = %(opted_out)s, updated_at = now()
+WHERE id IN (
+    SELECT d.id
+    FROM notification_deliveries d JOIN notifications n ON n.id = d.notification_id
+    LEFT JOIN notification_preferences up ON up.user_id = n.recipient_user_id AND up.category = n.category
+    LEFT JOIN category_defaults td ON td.category = n.category
+    CROSS JOIN LATERAL (SELECT {RESOLVED_COLUMNS}) r
+    WHERE d.status = 'batched' AND d.in_digest_id IS NULL AND n.recipient_user_id = %(user)s
+      AND NOT (r.email AND r.frequency <> 'off')
+) AND status = 'batched' AND in_digest_id IS NULL
+"""
+
 _CLAIM = """
 WITH waiting AS (
     SELECT d.id FROM notification_deliveries d JOIN notifications n ON n.id = d.notification_id
@@ -101,6 +118,7 @@ def build_digest(tx: TenantTx, waiting: Waiting, due: DigestDue, as_of: datetime
     local_date = as_of.astimezone(ZoneInfo(waiting.schedule.zone)).date()
     params = {"rule": RULE, "user": waiting.user_id, "period": waiting.period, "due_on": due.period_date,
               "local_date": local_date, "cutoff": due.cutoff}
+    tx.conn.execute(_CANCEL_OPTED_OUT, {"user": waiting.user_id, "opted_out": OPTED_OUT, **PRODUCT_PARAMS})
     row = tx.conn.execute(_CLAIM, params).fetchone()
     if row is None:
         return None

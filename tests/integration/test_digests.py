@@ -10,9 +10,9 @@ from datetime import UTC, date, datetime, time, timedelta
 from actors.digest import run_digests
 from db.digests import build_due_digests, digest_email, mark_digest_items_delivered
 from db.licences import claim_due_milestones
-from db.preferences import save_schedule, set_frequency
+from db.preferences import save_schedule, set_channel, set_frequency
 from db.tenancy import Tenant, tenant_tx
-from domain.preferences import Frequency
+from domain.preferences import Channel, Frequency
 from tests.integration.builders import add_admin, add_client, scalar
 
 LICENCE = "license_expiring"
@@ -140,6 +140,17 @@ def test_two_digest_builders_racing_produce_one_digest_email(tenant: Tenant) -> 
     assert sorted(results) == [0, 0, 0, 1]
     assert scalar(tenant, "SELECT count(*) FROM notification_deliveries WHERE digest_id IS NOT NULL") == 1
     assert [(d[2], d[3]) for d in _digests(tenant)] == [(date(2027, 10, 3), 5)]
+
+
+def test_an_item_whose_recipient_opted_out_after_batching_is_cancelled_not_listed(tenant: Tenant) -> None:
+    user = _digest_reader(tenant, "Europe/Berlin", Frequency.DAILY_DIGEST)
+    _event(tenant, datetime(2027, 9, 1, 12, 0, tzinfo=UTC), "Opted out later")
+    with tenant_tx(tenant.slug) as tx:
+        set_channel(tx, user, LICENCE, Channel.EMAIL, False)
+    assert run_digests(tenant.slug, datetime(2027, 9, 2, 6, 0, tzinfo=UTC)) == []  # nothing to send
+    assert _digests(tenant) == []
+    assert scalar(tenant, "SELECT status FROM notification_deliveries") == "cancelled"
+    assert scalar(tenant, "SELECT count(*) FROM notifications WHERE archived_at IS NULL") == 1
 
 
 def test_a_weekly_digest_follows_the_recipients_week_not_utcs(tenant: Tenant) -> None:
