@@ -132,6 +132,25 @@ def email_send_check(tx: TenantTx, user_id: int, category: str, now: datetime) -
     return email_decision(resolved, quiet_hours_end(now, schedule.zone, schedule.quiet))
 
 
+def delivery_send_check(tx: TenantTx, delivery_id: int, now: datetime) -> SendCheck | None:
+    """email_send_check for one email delivery, looked up by id: None if there is no such
+    delivery. A digest's own email is always SEND: its instant was already placed after
+    quiet hours and its items were re-checked when it was built."""
+    row = tx.conn.execute(
+        """
+        SELECT n.recipient_user_id, n.category, d.digest_id
+        FROM notification_deliveries d LEFT JOIN notifications n ON n.id = d.notification_id
+        WHERE d.id = %s AND d.channel = 'email'
+        """,
+        [delivery_id],
+    ).fetchone()
+    if row is None:
+        return None
+    if row[2] is not None:
+        return SendCheck.send()
+    return email_send_check(tx, int(str(row[0])), str(row[1]), now)
+
+
 def apply_send_check(tx: TenantTx, delivery_id: int, check: SendCheck, claim_token: object = None) -> bool:
     """Move a pending (or, with its claim token, a sending) email delivery to what the check
     says; SEND changes nothing. False if the row was not in a state we may move."""

@@ -60,6 +60,7 @@ def test_a_member_sets_channels_frequency_and_quiet_hours_without_a_reload(
     row = page.locator("#pref-report_ready")
     expect(row.locator(".saved")).to_have_text("Saved")
     expect(page.get_by_label("Email for Report ready", exact=True)).not_to_be_checked()
+    expect(page.get_by_label("Email for Report ready", exact=True)).to_be_focused()  # focus kept
 
     # Change a frequency.
     page.get_by_label("Email frequency for Document review").select_option("daily_digest")
@@ -93,4 +94,9 @@ def test_a_member_sets_channels_frequency_and_quiet_hours_without_a_reload(
     assert schedule.zone == "Australia/Sydney" and schedule.quiet is not None
     # The refused "22:00 to 22:00" was a 422 the browser logs; nothing else went wrong.
     assert [e for e in errors if "422" not in e] == []
+
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(path=artifacts / "preferences-phone.png", full_page=True)
+    overflow = page.evaluate("document.documentElement.scrollWidth > window.innerWidth")
+    assert overflow is False, "the preference centre scrolls sideways on a phone"
     context.close()

@@ -12,6 +12,7 @@ from actors.email import deliver_email
 from actors.scan import enqueue_deliveries, run_scan
 from db.preferences import (
     apply_send_check,
+    delivery_send_check,
     email_send_check,
     release_due_deferrals,
     resolve_preference,
@@ -231,9 +232,11 @@ def test_an_opt_out_after_the_claim_cancels_the_pending_email_and_the_inbox_row_
     # The send path's re-check, right before the provider call (the lead wires this into
     # deliver_email; here it runs just before it).
     with tenant_tx(tenant.slug) as tx:
-        check = email_send_check(tx, user, LICENCE, as_of)
-        assert check.action is SendAction.CANCEL
+        check = delivery_send_check(tx, delivery_id, as_of)
+        assert check == email_send_check(tx, user, LICENCE, as_of)
+        assert check is not None and check.action is SendAction.CANCEL
         assert apply_send_check(tx, delivery_id, check)
+        assert not apply_send_check(tx, delivery_id, check)  # only a pending row moves
     deliver_email.send(tenant.slug, delivery_id)
     worker.drain()
     assert ses.sent() == []
