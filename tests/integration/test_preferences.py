@@ -183,27 +183,47 @@ def test_prepare_defers_inside_quiet_hours_unless_the_category_is_critical(tenan
     assert sorted(r[0] for r in _email_rows(tenant)) == ["deferred", "pending"]
 
 
+SWEEP_CASES = [
+    # zone, scan instant (inside quiet hours), window, expected end (UTC)
+    # Berlin springs forward: 02:30 does not exist; 03:00 CEST = 01:00 UTC.
+    ("Europe/Berlin", datetime(2027, 3, 27, 22, 0, tzinfo=UTC), QuietHours(time(22), time(2, 30)),
+     datetime(2027, 3, 28, 1, 0, tzinfo=UTC)),
+    # Chicago falls back: 01:30 happens twice; the first (CDT) is 06:30 UTC.
+    ("America/Chicago", datetime(2027, 11, 7, 4, 0, tzinfo=UTC), QuietHours(time(22), time(1, 30)),
+     datetime(2027, 11, 7, 6, 30, tzinfo=UTC)),
+    # Sydney springs forward: 03:00 AEDT = 16:00 UTC the day before.
+    ("Australia/Sydney", datetime(2027, 10, 2, 12, 0, tzinfo=UTC), QuietHours(time(21), time(2, 30)),
+     datetime(2027, 10, 2, 16, 0, tzinfo=UTC)),
+    # UTC+14: 07:00 on 2 January in Kiritimati is 17:00 UTC on 1 January.
+    ("Pacific/Kiritimati", datetime(2027, 1, 1, 9, 30, tzinfo=UTC), QuietHours(time(22), time(7)),
+     datetime(2027, 1, 1, 17, 0, tzinfo=UTC)),
+]
+
+
+@pytest.mark.parametrize(("zone", "as_of", "quiet", "end"), SWEEP_CASES)
 def test_a_deferred_email_is_sent_once_by_the_sweeper_when_quiet_hours_end(
-    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox, zone: str, as_of: datetime,
+    quiet: QuietHours, end: datetime,
 ) -> None:
-    as_of = datetime(2027, 3, 27, 22, 0, tzinfo=UTC)  # 23:00 CET, the night Berlin springs forward
     user = _client_user(tenant, as_of=as_of)
     with tenant_tx(tenant.slug) as tx:
-        save_schedule(tx, user, quiet=QuietHours(time(22), time(2, 30)), digest_time=time(8),
-                      weekly_day=1, zone="Europe/Berlin")
+        save_schedule(tx, user, quiet=quiet, digest_time=time(8), weekly_day=1, zone=zone)
     run_scan(tenant.slug, as_of)
     worker.drain()
     [(status, _, send_after, _)] = _email_rows(tenant)
-    # 02:30 does not exist that night: the first valid instant is 03:00 CEST = 01:00 UTC.
-    assert (status, send_after) == ("deferred", datetime(2027, 3, 28, 1, 0, tzinfo=UTC))
+    assert (status, send_after) == ("deferred", end)
     assert ses.sent() == []
+    # The in-app row is written at once: it makes no sound.
+    assert scalar(tenant, "SELECT count(*) FROM notifications WHERE archived_at IS NULL") == 1
 
     with tenant_tx(tenant.slug) as tx:
-        assert release_due_deferrals(tx, datetime(2027, 3, 28, 0, 59, tzinfo=UTC)) == []
-    for _ in range(2):  # the sweeper runs twice: the second finds nothing to release
+        assert release_due_deferrals(tx, end - timedelta(seconds=1)) == []
+    # The sweeper runs at the end and again an hour later (in a repeated hour, the same wall
+    # time comes round again): the email is released and sent once.
+    for sweep_at in (end, end + timedelta(hours=1)):
         with tenant_tx(tenant.slug) as tx:
-            released = release_due_deferrals(tx, datetime(2027, 3, 28, 1, 0, tzinfo=UTC))
-            check = email_send_check(tx, user, LICENCE, datetime(2027, 3, 28, 1, 0, tzinfo=UTC))
+            released = release_due_deferrals(tx, sweep_at)
+            check = email_send_check(tx, user, LICENCE, sweep_at)
         assert check.action is SendAction.SEND
         enqueue_deliveries(tenant.slug, released)
         for delivery_id in released:
