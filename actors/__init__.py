@@ -5,5 +5,6 @@ talk to providers through small adapters, and enqueue follow-ups after commit.
 """
 
 from actors import broker as broker
+from actors import digest as digest
 from actors import email as email
 from actors import scan as scan

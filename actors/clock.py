@@ -1,5 +1,6 @@
-"""The clock process: enqueue a scan tick and a sweep once at start, then each on its own
-interval (the scan every SCAN_INTERVAL_SECONDS, the sweep every SWEEP_INTERVAL_SECONDS).
+"""The clock process: enqueue a scan tick, a sweep and a digest tick once at start, then
+each on its own interval (the scan every SCAN_INTERVAL_SECONDS, the sweep and the digests
+every SWEEP_INTERVAL_SECONDS).
 
 It keeps no state and decides nothing; two clocks (or a clock and a manual `tocsin scan`)
 only make the scans run more often, which changes nothing by construction.
@@ -22,6 +23,7 @@ log = logging.getLogger("tocsin.clock")
 
 def run_clock(stop: threading.Event | None = None) -> None:
     settings = load_settings()
+    from actors.digest import digest_tick
     from actors.scan import tick  # configures the broker
     from actors.sweep import sweep
 
@@ -38,7 +40,9 @@ def run_clock(stop: threading.Event | None = None) -> None:
              settings.sweep_interval_seconds)
     schedule: list[tuple[dramatiq.Actor[[], None], str, int]] = [
         (tick, "tick", settings.scan_interval_seconds),
-                (sweep, "sweep", settings.sweep_interval_seconds)]
+        (sweep, "sweep", settings.sweep_interval_seconds),
+        (digest_tick, "digest tick", settings.sweep_interval_seconds),  # digests due this minute
+    ]
     due = {name: 0.0 for _, name, _ in schedule}
     while not stop.is_set():
         now = time.monotonic()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from email.utils import parseaddr
 
 import dramatiq
@@ -16,8 +16,8 @@ import dramatiq
 from actors.rate_limit import RateLimited, get_limiter
 from actors.ses import OutgoingEmail, ProviderError, get_mailer
 from db.deliveries import (
-    Cancelled,
     ClaimedEmail,
+    Settled,
     claim_delivery,
     mark_provider_called,
     record_accepted,
@@ -27,14 +27,12 @@ from db.deliveries import (
 from db.pool import retrying
 from db.tenancy import tenant_tx
 from domain.delivery import ErrorClass, email_message_id, email_text, retry_delay, should_retry
-from domain.tokens import sign
+from domain.unsubscribe import unsubscribe_token
 from tocsin.config import Settings, load_settings
+from tocsin.timekeeping import utcnow
 
 # Ids, attempts and outcomes only: never addresses or message bodies.
 log = logging.getLogger("tocsin.email")
-
-UNSUBSCRIBE_LINK_DAYS = 60  # how long the link in an email keeps working
-
 
 @dramatiq.actor(queue_name="email", time_limit=2 * 60_000, max_age=60 * 60_000)  # milliseconds
 def deliver_email(slug: str, delivery_id: int) -> None:
@@ -70,30 +68,27 @@ def deliver_email(slug: str, delivery_id: int) -> None:
 
 def _claim(slug: str, delivery_id: int, settings: Settings) -> ClaimedEmail | None:
     with tenant_tx(slug) as tx:
-        claim = claim_delivery(tx, delivery_id, settings.delivery_lease_seconds)
-    if isinstance(claim, Cancelled):
-        log.info("delivery tenant=%s id=%d cancelled: %s", slug, delivery_id, claim.reason)
+        claim = claim_delivery(tx, delivery_id, settings.delivery_lease_seconds, utcnow(),
+                               settings.portal_url)
+    if isinstance(claim, Settled):
+        log.info("delivery tenant=%s id=%d not sent now (%s): %s", slug, delivery_id, claim.action,
+                 claim.reason)
         return None
     return claim
 
 
 def _compose(slug: str, claim: ClaimedEmail, settings: Settings) -> OutgoingEmail:
     sender_domain = parseaddr(settings.mail_from)[1].rpartition("@")[2] or "tocsin.invalid"
+    message_id = email_message_id(slug, claim.delivery_id, sender_domain)
+    tags = {"tenant": slug, "delivery": str(claim.delivery_id)}
+    if claim.category is None:  # a digest: its text carries its links and the preferences link
+        return OutgoingEmail(message_id, claim.recipient, claim.title, claim.body, tags)
     link = f"{settings.portal_url}{claim.href}" if claim.href else None
-    token = sign(
-        settings.session_secret, "unsubscribe",
-        {"tenant": slug, "user": claim.recipient_user_id, "category": claim.category},
-        datetime.now(UTC) + timedelta(days=UNSUBSCRIBE_LINK_DAYS),
-    )
+    token = unsubscribe_token(settings.session_secret, slug, claim.recipient_user_id, claim.category,
+                              utcnow())
     unsubscribe = f"{settings.portal_url}/unsubscribe/{token}"
-    return OutgoingEmail(
-        message_id=email_message_id(slug, claim.delivery_id, sender_domain),
-        to=claim.recipient,
-        subject=claim.title,
-        text=email_text(claim.body, link, unsubscribe),
-        tags={"tenant": slug, "delivery": str(claim.delivery_id)},
-        unsubscribe_url=unsubscribe,
-    )
+    return OutgoingEmail(message_id, claim.recipient, claim.title,
+                         email_text(claim.body, link, unsubscribe), tags, unsubscribe_url=unsubscribe)
 
 
 def _accepted(slug: str, claim: ClaimedEmail, message_id: str, request_id: str | None) -> bool:

@@ -32,7 +32,7 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
     or in sequence: what is claimed is skipped, what is unsent is enqueued again."""
     with tenant_tx(slug) as tx:
         counts = claim_due_milestones(tx, as_of)
-        prepared = prepare_claims(tx)
+        prepared = prepare_claims(tx, as_of)
         to_send = deliveries_to_enqueue(tx)
     # After commit: a message must never name a row that might still roll back. If this
     # process dies before (or while) enqueueing, the rows stay unenqueued and the next

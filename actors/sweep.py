@@ -23,10 +23,12 @@ from actors.scan import enqueue_deliveries
 from db.alerts import raise_alerts
 from db.deliveries import deliveries_to_enqueue
 from db.ledger import prepare_claims
+from db.preferences import release_due_deferrals
 from db.recovery import LeaseReport, ReconcileReport, expire_leases, reconcile_unknown
 from db.tenancy import list_tenants, tenant_tx
 from domain.delivery import UnknownPolicy
 from tocsin.config import load_settings
+from tocsin.timekeeping import utcnow
 
 log = logging.getLogger("tocsin.sweep")
 
@@ -50,7 +52,8 @@ def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
         reconciled = reconcile_unknown(tx, settings.reconcile_window_seconds,
                                        UnknownPolicy(tx.tenant.unknown_outcome_policy))
     with tenant_tx(slug) as tx:
-        repaired = prepare_claims(tx)
+        repaired = prepare_claims(tx, utcnow())
+        release_due_deferrals(tx, utcnow())  # quiet hours over: due now, by the app's clock
         to_send = deliveries_to_enqueue(tx, everything=redis_lost)
     enqueue_deliveries(slug, to_send)  # after commit: a message never names an uncommitted row
     with tenant_tx(slug) as tx:

@@ -27,12 +27,15 @@ class StuckClaim:
     claimed_at: datetime
 
 
-# A claim whose notifications were never written: nobody has been told, in any channel.
+# A claim whose notifications (or, for a digest, its email) were never written: nobody
+# has been told, in any channel.
 _STUCK = """
     SELECT l.id, l.rule, l.subject_kind, l.subject_id, l.threshold, l.due_on, l.claimed_at
     FROM notification_ledger l
     WHERE l.status = 'claimed' AND l.claimed_at < now() - %(grace)s::interval
       AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.ledger_id = l.id)
+      AND NOT EXISTS (SELECT 1 FROM digests g JOIN notification_deliveries d ON d.digest_id = g.id
+                      WHERE g.ledger_id = l.id)
 """
 
 

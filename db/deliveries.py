@@ -17,9 +17,11 @@ step 2 refuses to proceed once the lease has run out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from uuid import UUID
 
+from db.digests import digest_email, mark_digest_items_delivered
+from db.preferences import apply_send_check, delivery_send_check
 from db.tenancy import TenantTx
 
 REENQUEUE_AFTER_SECONDS = 600  # a due delivery enqueued longer ago than this is re-enqueued
@@ -47,7 +49,7 @@ class DueDelivery:
 
     delivery_id: int
     recipient_user_id: int
-    category: str
+    category: str | None  # None for a digest, which lists several
     verdict: str | None  # why it must not be sent, or None
 
 
@@ -58,10 +60,11 @@ class ClaimedEmail:
     attempt: int
     recipient_user_id: int
     recipient: str
-    category: str
+    category: str | None  # None for a digest
     title: str
-    body: str
+    body: str  # for a digest, the whole text with its links
     href: str | None
+    digest_id: int | None = None
 
 
 def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
@@ -71,11 +74,12 @@ def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
     and then re-reads it: skipping would drop the message while the row stays unsent."""
     row = tx.conn.execute(
         f"""
-        SELECT d.id, n.recipient_user_id, n.category, {_VERDICT}
+        SELECT d.id, u.id, n.category, {_VERDICT}
         FROM notification_deliveries d
-        JOIN notifications n ON n.id = d.notification_id
-        JOIN users u ON u.id = n.recipient_user_id
-        LEFT JOIN notification_ledger l ON l.id = n.ledger_id
+        LEFT JOIN notifications n ON n.id = d.notification_id
+        LEFT JOIN digests g ON g.id = d.digest_id
+        JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
+        LEFT JOIN notification_ledger l ON l.id = coalesce(n.ledger_id, g.ledger_id)
         LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
         WHERE d.id = %s AND d.status IN ('pending', 'deferred') AND d.send_after <= now()
         FOR UPDATE OF d
@@ -84,7 +88,7 @@ def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
     ).fetchone()
     if row is None:
         return None
-    return DueDelivery(int(str(row[0])), int(str(row[1])), str(row[2]),
+    return DueDelivery(int(str(row[0])), int(str(row[1])), None if row[2] is None else str(row[2]),
                        None if row[3] is None else str(row[3]))
 
 
@@ -105,7 +109,7 @@ def settle_unsent(
     )
 
 
-def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int) -> ClaimedEmail:
+def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int, portal_url: str = "") -> ClaimedEmail:
     """The claim: one guarded UPDATE to sending, with a fresh token, a lease and the
     attempt counted, plus the attempt's history row. The row must be locked by
     ``lock_due_delivery`` in this transaction."""
@@ -117,16 +121,17 @@ def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int) -> Claimed
                 lease_until = now() + make_interval(secs => %(lease)s),
                 attempts = attempts + 1, status_reason = NULL, updated_at = now()
             WHERE id = %(id)s AND status IN ('pending', 'deferred') AND send_after <= now()
-            RETURNING id, notification_id, claim_token, attempts
+            RETURNING id, notification_id, digest_id, claim_token, attempts
         ), attempt AS (
             INSERT INTO delivery_attempts (delivery_id, attempt_no, claim_token)
             SELECT id, attempts, claim_token FROM claimed
         )
         SELECT c.id, c.claim_token, c.attempts, u.id, u.email, n.category, n.title, n.body,
-               n.data ->> 'href'
+               n.data ->> 'href', c.digest_id
         FROM claimed c
-        JOIN notifications n ON n.id = c.notification_id
-        JOIN users u ON u.id = n.recipient_user_id
+        LEFT JOIN notifications n ON n.id = c.notification_id
+        LEFT JOIN digests g ON g.id = c.digest_id
+        JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
         """,
         {"id": delivery_id, "lease": lease_seconds},
     ).fetchone()
@@ -134,29 +139,47 @@ def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int) -> Claimed
         raise RuntimeError(f"delivery {delivery_id} was not locked for its claim")
     token = row[1]
     assert isinstance(token, UUID)
+    digest_id = None if row[9] is None else int(str(row[9]))
+    title, body = str(row[6]), str(row[7])
+    if digest_id is not None:
+        title, body = digest_email(tx, digest_id, portal_url)
     return ClaimedEmail(
-        int(str(row[0])), token, int(str(row[2])), int(str(row[3])), str(row[4]), str(row[5]),
-        str(row[6]), str(row[7]), None if row[8] is None else str(row[8]),
+        int(str(row[0])), token, int(str(row[2])), int(str(row[3])), str(row[4]),
+        None if row[5] is None else str(row[5]), title, body,
+        None if row[8] is None else str(row[8]), digest_id,
     )
 
 
 @dataclass(frozen=True)
-class Cancelled:
+class Settled:
+    """A due delivery that was not claimed, and why."""
+
     delivery_id: int
+    action: str  # cancelled, defer, batch
     reason: str
 
 
-def claim_delivery(tx: TenantTx, delivery_id: int, lease_seconds: int) -> ClaimedEmail | Cancelled | None:
-    """Lock, re-check and claim in one transaction: the claim to send with, a cancellation
-    (with its reason) when the delivery is no longer wanted, or None when it is not ours.
+def claim_delivery(
+    tx: TenantTx, delivery_id: int, lease_seconds: int, now: datetime | None = None,
+    portal_url: str = "",
+) -> ClaimedEmail | Settled | None:
+    """Lock, re-check and claim in one transaction: the claim to send with; or, when the
+    delivery must not go now, what became of it (cancelled with the reason, deferred to
+    the end of quiet hours, batched for a digest); or None when it is not ours.
     Commit before calling the provider."""
     due = lock_due_delivery(tx, delivery_id)
     if due is None:
         return None
     if due.verdict is not None:
         settle_unsent(tx, due.delivery_id, "cancelled", due.verdict)
-        return Cancelled(due.delivery_id, due.verdict)
-    return start_attempt(tx, due.delivery_id, lease_seconds)
+        return Settled(due.delivery_id, "cancelled", due.verdict)
+    # The recipient's preference as it is now: an opt-out, new quiet hours or a switch to
+    # digests made after the claim is honoured here.
+    check = delivery_send_check(tx, due.delivery_id, now or datetime.now(UTC))
+    if check is not None and check.action.value != "send":
+        apply_send_check(tx, due.delivery_id, check)
+        return Settled(due.delivery_id, check.action.value, check.reason or check.action.value)
+    return start_attempt(tx, due.delivery_id, lease_seconds, portal_url)
 
 
 def mark_provider_called(tx: TenantTx, claim: ClaimedEmail) -> bool:
@@ -207,6 +230,8 @@ def record_accepted(
         {"id": claim.delivery_id, "token": claim.claim_token, "message_id": provider_message_id,
          "request_id": request_id},
     ).fetchone()
+    if row is not None and claim.digest_id is not None:
+        mark_digest_items_delivered(tx, claim.digest_id)
     return row is not None
 
 

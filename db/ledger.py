@@ -9,16 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 
 from psycopg.rows import class_row
 
+from db.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.tenancy import TenantTx
 from domain.licence import CATEGORY, COPY, RULE
+from domain.preferences import OPTED_OUT
 
 # Turns claimed licence rows into inbox notifications and email deliveries. Recipients
-# are bound here, late: the client's active users and the tenant's active admins.
-_NOTIFY = """
+# are bound here, late: the client's active users and the tenant's active admins. Each
+# recipient's preference for the category (domain.preferences, in SQL as RESOLVED_COLUMNS)
+# decides in the same statement: the inbox row is hidden (archived at once) when in_app is
+# off; the email is cancelled with the reason (opted out), batched for a digest, deferred
+# to the end of quiet hours, or pending.
+_NOTIFY = f"""
 WITH copy AS (
     SELECT * FROM unnest(%(copy_thresholds)s::text[], %(copy_titles)s::text[],
                          %(copy_bodies)s::text[]) AS copy(threshold, title, body)
@@ -33,31 +39,59 @@ WITH copy AS (
     SELECT t.*, a.id AS user_id, '/clients/' || t.client_id AS href
     FROM to_notify t
     CROSS JOIN (SELECT id FROM users WHERE role = 'admin' AND deactivated_at IS NULL) a
+), resolved AS (
+    SELECT r.ledger_id, r.user_id, {RESOLVED_COLUMNS},
+           quiet_hours_end(%(now)s, coalesce(u.time_zone, %(tenant_zone)s),
+                           s.quiet_start, s.quiet_end) AS quiet_end
+    FROM recipients r
+    JOIN users u ON u.id = r.user_id
+    LEFT JOIN notification_preferences up ON up.user_id = r.user_id AND up.category = %(category)s
+    LEFT JOIN category_defaults td ON td.category = %(category)s
+    LEFT JOIN delivery_schedules s ON s.user_id = r.user_id
+), decided AS (
+    SELECT ledger_id, user_id, in_app, quiet_end, frequency,
+           CASE WHEN NOT email OR frequency = 'off' THEN 'cancelled'
+                WHEN frequency IN ('daily_digest', 'weekly') THEN 'batched'
+                WHEN quiet_end IS NOT NULL AND NOT critical THEN 'deferred'
+                ELSE 'pending' END AS status
+    FROM resolved
 ), notified AS (
     INSERT INTO notifications
-        (recipient_user_id, ledger_id, category, title, body, data, idempotency_key)
+        (recipient_user_id, ledger_id, category, title, body, data, idempotency_key, archived_at)
     SELECT r.user_id, r.ledger_id, %(category)s,
-           replace(replace(copy.title, '{client}', r.client_name),
-                   '{date}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
-           replace(replace(copy.body, '{client}', r.client_name),
-                   '{date}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
+           replace(replace(copy.title, '{{client}}', r.client_name),
+                   '{{date}}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
+           replace(replace(copy.body, '{{client}}', r.client_name),
+                   '{{date}}', to_char(r.due_on, 'FMDD FMMonth YYYY')),
            jsonb_build_object('href', r.href, 'client_id', r.client_id,
                               'threshold', r.threshold, 'due_on', r.due_on),
-           'ledger:' || r.ledger_id || ':user:' || r.user_id
+           'ledger:' || r.ledger_id || ':user:' || r.user_id,
+           CASE WHEN d.in_app THEN NULL ELSE now() END
     FROM recipients r JOIN copy USING (threshold)
+    JOIN decided d ON d.ledger_id = r.ledger_id AND d.user_id = r.user_id
     ORDER BY r.ledger_id, r.user_id
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id
+    RETURNING id, ledger_id, recipient_user_id
 )
-INSERT INTO notification_deliveries (notification_id, channel)
-SELECT id, 'email' FROM notified ORDER BY id
+INSERT INTO notification_deliveries
+    (notification_id, channel, status, status_reason, send_after, batch_period, batched_at)
+SELECT n.id, 'email', d.status,
+       CASE WHEN d.status = 'cancelled' THEN %(opted_out)s END,
+       CASE WHEN d.status = 'deferred' THEN d.quiet_end ELSE now() END,
+       CASE WHEN d.status = 'batched' THEN
+            CASE d.frequency WHEN 'weekly' THEN 'weekly' ELSE 'daily' END END,
+       CASE WHEN d.status = 'batched' THEN %(now)s END
+FROM notified n JOIN decided d ON d.ledger_id = n.ledger_id AND d.user_id = n.recipient_user_id
+ORDER BY n.id
 ON CONFLICT (notification_id, channel) DO NOTHING
 """
 
 
-def notify_claims(tx: TenantTx, ledger_ids: list[int]) -> None:
+def notify_claims(tx: TenantTx, ledger_ids: list[int], now: datetime | None = None) -> None:
     """Write the inbox rows and email deliveries of claimed licence rows, idempotently:
-    inbox rows are keyed by (ledger row, recipient), deliveries by (notification, channel)."""
+    inbox rows are keyed by (ledger row, recipient), deliveries by (notification, channel).
+    ``now`` is the instant preferences are judged at (quiet hours, the digest an email
+    waits for); the database clock when omitted."""
     if not ledger_ids:
         return
     thresholds = list(COPY)
@@ -69,11 +103,15 @@ def notify_claims(tx: TenantTx, ledger_ids: list[int]) -> None:
             "copy_thresholds": thresholds,
             "copy_titles": [COPY[t][0] for t in thresholds],
             "copy_bodies": [COPY[t][1] for t in thresholds],
+            "now": now or datetime.now(UTC),
+            "tenant_zone": tx.tenant.time_zone,
+            "opted_out": OPTED_OUT,
+            **PRODUCT_PARAMS,
         },
     )
 
 
-def prepare_claims(tx: TenantTx) -> int:
+def prepare_claims(tx: TenantTx, now: datetime | None = None) -> int:
     """The repair path: notify claimed licence rows committed without their notifications
     (normally none, since the claiming transaction notifies). SKIP LOCKED leaves a claim
     another transaction is preparing right now to that transaction."""
@@ -90,7 +128,7 @@ def prepare_claims(tx: TenantTx) -> int:
         [RULE],
     ).fetchall()
     ledger_ids = sorted(int(str(r[0])) for r in rows)
-    notify_claims(tx, ledger_ids)
+    notify_claims(tx, ledger_ids, now)
     return len(ledger_ids)
 
 

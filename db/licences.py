@@ -202,7 +202,7 @@ def claim_due_milestones(tx: TenantTx, as_of: datetime) -> ClaimCounts:
     # Claims are written with prepared_at set; their notifications are written now, in the
     # same transaction, so a claim is never committed without them.
     claimed_ids = _claimed_ids(expired) + _claimed_ids(reminders) + _claimed_ids(closed)
-    notify_claims(tx, claimed_ids)
+    notify_claims(tx, claimed_ids, as_of)
     total = len(expired) + len(reminders) + len(closed)
     return ClaimCounts(
         expired=len(expired),

@@ -12,6 +12,7 @@ from datetime import datetime
 
 import psycopg
 
+from db.digests import mark_digest_items_delivered
 from db.pool import connection
 from db.tenancy import TenantTx, tenant_tx
 
@@ -74,9 +75,10 @@ def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
         WITH delivery AS (
             SELECT d.id, d.notification_id, u.email
             FROM notification_deliveries d
-            JOIN notifications n ON n.id = d.notification_id
-            JOIN users u ON u.id = n.recipient_user_id
-            WHERE d.id = %(id)s FOR UPDATE OF d
+            LEFT JOIN notifications n ON n.id = d.notification_id
+            LEFT JOIN digests g ON g.id = d.digest_id
+            JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
+            WHERE d.id = %(id)s AND d.channel = 'email' FOR UPDATE OF d
         ), recorded AS (
             INSERT INTO delivery_events (delivery_id, event_type, provider_message_id, detail, occurred_at)
             SELECT id, %(type)s, %(message_id)s, %(detail)s, %(at)s FROM delivery
@@ -104,7 +106,7 @@ def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
             WHERE %(type)s = 'complaint' OR (%(type)s = 'bounce' AND %(permanent)s)
             ON CONFLICT (email) DO NOTHING
         )
-        SELECT d.status FROM notification_deliveries d JOIN delivery x ON x.id = d.id
+        SELECT d.status, d.digest_id FROM notification_deliveries d JOIN delivery x ON x.id = d.id
         """,
         {"id": event.delivery_id, "type": event.event_type, "message_id": event.provider_message_id,
          "detail": event.detail, "at": event.occurred_at, "target": target, "sources": list(sources),
@@ -112,9 +114,12 @@ def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
     ).fetchone()
     if row is None:
         return None
+    moved = target is not None and str(row[0]) in sources
+    if moved and row[1] is not None and event.event_type in ("send", "delivery"):
+        mark_digest_items_delivered(tx, int(str(row[1])))
     # The final SELECT reads the snapshot from before the CTEs; the status is the target
     # when the move applied, else unchanged.
-    return target if target is not None and str(row[0]) in sources else str(row[0])
+    return target if moved and target is not None else str(row[0])
 
 
 def is_suppressed(tx: TenantTx, address: str) -> bool:

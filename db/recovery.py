@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from db.digests import mark_digest_items_delivered
 from db.tenancy import TenantTx
 from domain.delivery import MAX_ATTEMPTS, UnknownPolicy
 
@@ -87,15 +88,18 @@ def reconcile_unknown(tx: TenantTx, window_seconds: int, policy: UnknownPolicy) 
                 provider_message_id = coalesce(d.provider_message_id, p.provider_message_id),
                 status_reason = NULL, updated_at = now()
             FROM proven p WHERE d.id = p.id
-            RETURNING d.notification_id
+            RETURNING d.notification_id, d.digest_id
         ), ledger AS (
             UPDATE notification_ledger l SET delivered_at = coalesce(l.delivered_at, now())
             FROM notifications n, accepted a
             WHERE n.id = a.notification_id AND l.id = n.ledger_id
         )
-        SELECT count(*) FROM accepted
+        SELECT digest_id FROM accepted
         """
-    ).fetchone()
+    ).fetchall()
+    for (digest_id,) in confirmed:
+        if digest_id is not None:
+            mark_digest_items_delivered(tx, int(str(digest_id)))
     if policy is UnknownPolicy.RESEND:
         moved = tx.conn.execute(
             """
@@ -111,7 +115,7 @@ def reconcile_unknown(tx: TenantTx, window_seconds: int, policy: UnknownPolicy) 
             """,
             [window_seconds],
         ).fetchall()
-        return ReconcileReport(_count(confirmed), len(moved), 0)
+        return ReconcileReport(len(confirmed), len(moved), 0)
     held = tx.conn.execute(
         """
         UPDATE notification_deliveries
@@ -127,8 +131,4 @@ def reconcile_unknown(tx: TenantTx, window_seconds: int, policy: UnknownPolicy) 
         """,
         [window_seconds],
     ).fetchall()
-    return ReconcileReport(_count(confirmed), 0, len(held))
-
-
-def _count(row: tuple[object, ...] | None) -> int:
-    return 0 if row is None else int(str(row[0]))
+    return ReconcileReport(len(confirmed), 0, len(held))

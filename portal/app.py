@@ -20,7 +20,7 @@ from litestar.template.config import TemplateConfig
 
 from portal.auth import PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
-from portal.routes import health, hooks, inbox, licences, login
+from portal.routes import health, hooks, inbox, licences, login, preferences, unsubscribe
 from portal.sessions import SESSION_NAMESPACE, session_config
 from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
@@ -54,6 +54,7 @@ def create_app(
             inbox.inbox, inbox.older_notifications, inbox.unread_badge, inbox.read_notification,
             licences.my_licence, licences.clients, licences.client_licence,
             health.healthz, hooks.ses_events,
+            *preferences.ROUTES, *unsubscribe.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
@@ -70,8 +71,9 @@ def create_app(
             cookie_httponly=True,  # the token reaches forms and htmx through the page itself
             cookie_samesite="lax",
             # Read-only, and never needing a token: skipping them avoids a cookie per asset.
-            # /hooks/ is called by AWS, authenticated by the SNS signature instead.
-            exclude=["^/static/", "^/healthz$", "^/hooks/"],
+            # /hooks/ is called by AWS and authenticated by the SNS signature; /unsubscribe/
+            # by its signed token (RFC 8058 one-click: a mail client posts, with no cookie).
+            exclude=["^/static/", "^/healthz$", "^/hooks/", "^/unsubscribe/"],
         ),
         template_config=TemplateConfig(
             instance=JinjaTemplateEngine.from_environment(environment)

@@ -1,0 +1,42 @@
+"""Digests: the clock's tick fans out one build per tenant; each build claims the digests
+due by then, commits, and only then enqueues their emails."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+import dramatiq
+
+from actors.email import deliver_email
+from db.digests import BuiltDigest, build_due_digests
+from db.tenancy import list_tenants, tenant_tx
+from domain.identity import parse_instant
+
+log = logging.getLogger("tocsin.digest")
+
+
+def run_digests(slug: str, as_of: datetime) -> list[BuiltDigest]:
+    """One tenant's digests due by ``as_of``. Safe to run any number of times, at once or
+    in sequence: a claimed (user, period) is skipped. A lost enqueue is re-sent by the
+    sweeper, which finds the digest's delivery pending in Postgres."""
+    with tenant_tx(slug) as tx:
+        built = build_due_digests(tx, as_of)
+    for digest in built:  # after commit: a message never names a row that may roll back
+        deliver_email.send(slug, digest.delivery_id)
+    return built
+
+
+@dramatiq.actor(queue_name="digest", time_limit=10 * 60_000)  # milliseconds
+def build_digests(slug: str, as_of: str) -> None:
+    built = run_digests(slug, parse_instant(as_of))
+    log.info("digests tenant=%s as_of=%s built=%d items=%d", slug, as_of, len(built),
+             sum(d.items for d in built))
+
+
+@dramatiq.actor(queue_name="digest", time_limit=60_000)  # milliseconds
+def digest_tick(as_of: str | None = None) -> None:
+    """Fan out one digest build per active tenant, all for the same instant."""
+    instant = parse_instant(as_of) if as_of else datetime.now(UTC)
+    for tenant in list_tenants(active_only=True):
+        build_digests.send(tenant.slug, instant.isoformat())
