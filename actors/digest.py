@@ -4,7 +4,7 @@ due by then, commits, and only then enqueues their emails."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 
 import dramatiq
 
@@ -12,6 +12,7 @@ from actors.email import deliver_email
 from db.digests import BuiltDigest, build_due_digests
 from db.tenancy import list_tenants, tenant_tx
 from domain.identity import parse_instant
+from tocsin.timekeeping import utcnow
 
 log = logging.getLogger("tocsin.digest")
 
@@ -37,6 +38,6 @@ def build_digests(slug: str, as_of: str) -> None:
 @dramatiq.actor(queue_name="digest", time_limit=60_000)  # milliseconds
 def digest_tick(as_of: str | None = None) -> None:
     """Fan out one digest build per active tenant, all for the same instant."""
-    instant = parse_instant(as_of) if as_of else datetime.now(UTC)
+    instant = parse_instant(as_of) if as_of else utcnow()
     for tenant in list_tenants(active_only=True):
         build_digests.send(tenant.slug, instant.isoformat())

@@ -25,7 +25,9 @@ local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < t then tat = t end
 local wait = tat - t
 if wait > tonumber(ARGV[2]) then return {-1, 0} end
-redis.call('SET', KEYS[1], string.format('%.0f', tat + spacing), 'PX', math.floor((wait + spacing) / 1000) + 1000)
+-- %.0f: tostring() would print the microseconds in %.14g and lose the last digits
+local ttl = math.floor((wait + spacing) / 1000) + 1000
+redis.call('SET', KEYS[1], string.format('%.0f', tat + spacing), 'PX', ttl)
 return {wait, tat}
 """
 

@@ -5,6 +5,7 @@ Built once per process from the settings, on first use, never at import time.
 
 from __future__ import annotations
 
+import email.policy
 import threading
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -71,13 +72,18 @@ def aws_client(settings: Settings, service: str) -> object:
     )
 
 
+# Long headers stay on one line (RFC 5322 allows 998 characters): folding would encode
+# List-Unsubscribe's URL as an RFC 2047 word that mail clients cannot follow.
+HEADERS_UNFOLDED = email.policy.default.clone(max_line_length=998)
+
+
 class SesMailer:
     def __init__(self, settings: Settings):
         self._client: SESV2Client = aws_client(settings, "sesv2")  # type: ignore[assignment]
         self._from = settings.mail_from
 
     def compose(self, email: OutgoingEmail) -> bytes:
-        message = EmailMessage()
+        message = EmailMessage(policy=HEADERS_UNFOLDED)
         message["From"] = self._from
         message["To"] = email.to
         message["Subject"] = email.subject

@@ -15,6 +15,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
 
 from db.preferences import resolve_preference, unsubscribe_email
 from db.tenancy import tenant_tx
+from db.users import get_user
 from domain.errors import InvalidInput, NotFound
 from domain.tokens import TokenExpired
 from domain.unsubscribe import UnsubscribeScope, read_unsubscribe_token
@@ -52,7 +53,7 @@ def unsubscribe_link(request: Request[Any, Any, Any], token: FromPath[str]) -> T
                 state = "locked" if outcome.locked_reason else "done"
                 reason = outcome.locked_reason
             else:
-                if tx.conn.execute("SELECT 1 FROM users WHERE id = %s", [scope.user_id]).fetchone() is None:
+                if get_user(tx, scope.user_id) is None:
                     raise NotFound("no such user")
                 resolved = resolve_preference(tx, scope.user_id, scope.category)
                 state = "confirm" if resolved.preference.email else "already"

@@ -73,6 +73,7 @@ class SentEmail:
     to: str
     subject: str
     body: str
+    headers: dict[str, str]
 
 
 class SesOutbox:
@@ -98,7 +99,8 @@ class SesOutbox:
             payload = message.get_payload(decode=True)
             assert isinstance(payload, bytes)
             out.append(SentEmail(str(raw["id"]), str(message["Message-ID"]), str(message["To"]),
-                                 str(message["Subject"]), payload.decode()))
+                                 str(message["Subject"]), payload.decode(),
+                                 {k: str(v) for k, v in message.items()}))
         return out
 
 
