@@ -109,15 +109,20 @@ def cmd_seed_demo(args: argparse.Namespace) -> None:
         _out(line)
 
 
-def cmd_scan(args: argparse.Namespace) -> None:
-    from actors.scan import run_scan
+def _chosen_tenants(slug: str | None) -> list[str]:
+    """The one tenant named, or every active tenant."""
     from db.tenancy import get_tenant, list_tenants
 
+    if slug:
+        return [get_tenant(valid_slug(slug)).slug]
+    return [t.slug for t in list_tenants(active_only=True)]
+
+
+def cmd_scan(args: argparse.Namespace) -> None:
+    from actors.scan import run_scan
+
     as_of = parse_instant(args.as_of) if args.as_of else datetime.now(UTC)
-    if args.tenant:
-        slugs = [get_tenant(valid_slug(args.tenant)).slug]
-    else:
-        slugs = [t.slug for t in list_tenants(active_only=True)]
+    slugs = _chosen_tenants(args.tenant)
     _out(f"Scanning {len(slugs)} tenant(s) as of {as_of.isoformat()}")
     for index, slug in enumerate(slugs, 1):
         r = run_scan(slug, as_of)
@@ -159,12 +164,8 @@ def cmd_ledger(args: argparse.Namespace) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> None:
     from actors.sweep import run_sweep
-    from db.tenancy import get_tenant, list_tenants
 
-    if args.tenant:
-        slugs = [get_tenant(valid_slug(args.tenant)).slug]
-    else:
-        slugs = [t.slug for t in list_tenants(active_only=True)]
+    slugs = _chosen_tenants(args.tenant)
     _out(f"Sweeping {len(slugs)} tenant(s)")
     for index, slug in enumerate(slugs, 1):
         r = run_sweep(slug)

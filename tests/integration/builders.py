@@ -4,6 +4,7 @@ and read-backs of the ledger and deliveries."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -75,27 +76,32 @@ def days(n: int) -> timedelta:
     return timedelta(days=n)
 
 
-def scan_concurrently(tenant: Tenant, as_of: datetime, scans: int) -> list[BaseException]:
-    """Start ``scans`` scans of one tenant and instant at the same moment; return what they
-    raised (a deadlock or a unique violation would be here)."""
-    from actors.scan import run_scan
-
-    barrier = threading.Barrier(scans)
+def run_concurrently(*jobs: Callable[[], object]) -> list[BaseException]:
+    """Start every job at the same moment, each in its own thread; return what they raised
+    (a deadlock or a unique violation would be here)."""
+    barrier = threading.Barrier(len(jobs))
     errors: list[BaseException] = []
 
-    def scan() -> None:
+    def run(job: Callable[[], object]) -> None:
         try:
             barrier.wait()
-            run_scan(tenant.slug, as_of)
+            job()
         except BaseException as error:
             errors.append(error)
 
-    threads = [threading.Thread(target=scan) for _ in range(scans)]
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     return errors
+
+
+def scan_concurrently(tenant: Tenant, as_of: datetime, scans: int) -> list[BaseException]:
+    """Start ``scans`` scans of one tenant and instant at the same moment."""
+    from actors.scan import run_scan
+
+    return run_concurrently(*[lambda: run_scan(tenant.slug, as_of)] * scans)
 
 
 def add_clients_in_bulk(tenant: Tenant, count: int, expires: date, users_each: int) -> None:

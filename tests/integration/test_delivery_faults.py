@@ -31,7 +31,7 @@ from actors.ses import SesMailer, set_mailer
 from actors.sweep import run_sweep, sweep
 from db.tenancy import Tenant, tenant_tx
 from domain.delivery import ErrorClass
-from tests.integration.builders import add_clients_in_bulk
+from tests.integration.builders import add_clients_in_bulk, run_concurrently
 from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox, wait_until
 from tests.integration.test_deliver_email import FailingMailer
 from tests.support.faulty_ses import FaultySes
@@ -241,22 +241,8 @@ def test_a_permanent_failure_ends_failed_is_visible_and_alerted_exactly_once(
     deliver_email(tenant.slug, delivery_id)
     assert _statuses(tenant) == Counter({"failed": 1})
 
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
-
-    def sweeper() -> None:
-        try:
-            barrier.wait()
-            run_sweep(tenant.slug)
-        except BaseException as error:
-            errors.append(error)
-
-    two_clocks = [threading.Thread(target=sweeper) for _ in range(2)]
-    for t in two_clocks:
-        t.start()
-    for t in two_clocks:
-        t.join()
+    # Two clocks sweep at the same moment, and one again later.
+    assert run_concurrently(lambda: run_sweep(tenant.slug), lambda: run_sweep(tenant.slug)) == []
     run_sweep(tenant.slug)
-    assert errors == []
     alerts = [m for m in ops_inbox.messages() if f"delivery {delivery_id} " in m and tenant.slug in m]
     assert len(alerts) == 1 and "failed after 1 attempt(s)" in alerts[0]

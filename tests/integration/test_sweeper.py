@@ -3,7 +3,6 @@ link an email carries, all through the real send path and the local SES/SNS endp
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import UTC, datetime, time, timedelta
 from urllib.parse import urlsplit
@@ -21,31 +20,11 @@ from db.preferences import resolve_preference, save_schedule, set_frequency
 from db.tenancy import Tenant, tenant_tx
 from domain.preferences import Frequency
 from portal.app import create_app
-from tests.integration.builders import add_admin, add_client, scalar
+from tests.integration.builders import add_admin, add_client, run_concurrently, scalar
 from tests.integration.conftest import OpsInbox, SesOutbox
 from tocsin.cli import main
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
-
-
-def _concurrently(*jobs: object) -> list[BaseException]:
-    barrier = threading.Barrier(len(jobs))
-    errors: list[BaseException] = []
-
-    def run(job: object) -> None:
-        try:
-            barrier.wait()
-            assert callable(job)
-            job()
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return errors
 
 
 def _stuck_claim(tenant: Tenant) -> int:
@@ -74,7 +53,7 @@ def test_stuck_claims_are_listed_by_the_cli_and_published_to_ops_exactly_once(
     assert "No stuck claims" in capsys.readouterr().out
 
     # Two clocks sweep at the same moment, and again later: one alert, published once.
-    assert _concurrently(lambda: run_sweep(tenant.slug), lambda: run_sweep(tenant.slug)) == []
+    assert run_concurrently(lambda: run_sweep(tenant.slug), lambda: run_sweep(tenant.slug)) == []
     run_sweep(tenant.slug)
     alerts = [m for m in ops_inbox.messages() if f"claim {ledger_id} " in m and tenant.slug in m]
     assert len(alerts) == 1 and "has notified nobody" in alerts[0]
@@ -102,7 +81,7 @@ def test_two_sweeps_at_once_do_the_work_of_one(tenant: Tenant, ses: SesOutbox) -
         tx.conn.execute("UPDATE notification_deliveries SET lease_until = now() - interval '1 second' "
                         "WHERE status = 'sending'")
     reports: list[SweepReport] = []
-    assert _concurrently(lambda: reports.append(run_sweep(tenant.slug)),
+    assert run_concurrently(lambda: reports.append(run_sweep(tenant.slug)),
                          lambda: reports.append(run_sweep(tenant.slug))) == []
     assert sum(r.leases.retried for r in reports) == 1  # the lease expired once, for one of them
     assert scalar(tenant, "SELECT count(*) FROM delivery_attempts WHERE outcome = 'abandoned'") == 1
