@@ -10,7 +10,7 @@ from pathlib import Path
 
 from litestar import Litestar
 from litestar.config.csrf import CSRFConfig
-from litestar.datastructures import CacheControlHeader, ResponseHeader
+from litestar.datastructures import CacheControlHeader, ResponseHeader, State
 from litestar.di import Provide
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -18,9 +18,10 @@ from litestar.static_files import create_static_files_router
 from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
-from portal.auth import PUBLIC, provide_viewer, requires_login
+from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
-from portal.routes import health, inbox, licences, login
+from portal.ratelimit import LoginThrottle
+from portal.routes import evidence, health, inbox, licences, login, members
 from portal.sessions import SESSION_NAMESPACE, session_config
 from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
@@ -51,11 +52,16 @@ def create_app(
     return Litestar(
         route_handlers=[
             login.login_page, login.login, login.logout,
-            inbox.inbox, inbox.older_notifications, inbox.unread_badge, inbox.read_notification,
-            licences.my_licence, licences.clients, licences.client_licence,
+            inbox.inbox, inbox.older_notifications, inbox.unread_badge, inbox.change_notification,
+            inbox.read_everything,
+            licences.my_licence, licences.clients, licences.client_licence, licences.wall,
+            licences.renew_own_licence, licences.renew_client_licence,
+            members.members, members.invite, members.change_role, members.deactivate_member,
+            members.invitation_page, members.accept,
+            evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.healthz,
             create_static_files_router(
-                path="/static", directories=[STATIC], opt={PUBLIC: True},
+                path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
             ),
         ],
@@ -63,6 +69,8 @@ def create_app(
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
         middleware=[session_config(secure=portal_settings.secure_cookies).middleware],
         stores={"sessions": sessions},
+        state=State({"settings": settings,
+                     "login_throttle": LoginThrottle.from_url(settings.redis_url)}),
         csrf_config=CSRFConfig(
             secret=settings.session_secret,
             cookie_name="tocsin_csrf",

@@ -4,7 +4,6 @@ line on stderr and exits 2 having written nothing; an unreachable service exits 
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -127,20 +126,14 @@ def cmd_scan(args: argparse.Namespace) -> None:
 
 
 def cmd_ledger(args: argparse.Namespace) -> None:
-    from db.ledger import LEDGER_FIELDS, iter_ledger
+    from db.evidence import LedgerFilter, csv_lines, iter_ledger
     from db.tenancy import tenant_tx
 
     slug = valid_slug(args.tenant)
     with tenant_tx(slug) as tx:
-        rows = iter_ledger(tx)
+        rows = iter_ledger(tx, LedgerFilter())
         if args.csv:
-            writer = csv.writer(sys.stdout, lineterminator="\n")
-            writer.writerow(LEDGER_FIELDS)
-            for row in rows:
-                writer.writerow(
-                    "" if v is None else v.isoformat() if hasattr(v, "isoformat") else v
-                    for v in (getattr(row, f) for f in LEDGER_FIELDS)
-                )
+            sys.stdout.writelines(csv_lines(rows))
             return
         _out(f"{'ID':>6}  {'SUBJECT':<28} {'THRESHOLD':<9} {'DUE ON':<10}  {'STATUS':<9} "
              f"{'CLAIMED (UTC)':<19}  {'DELIVERED (UTC)':<19}  EMAILS")

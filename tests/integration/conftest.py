@@ -137,3 +137,7 @@ def worker() -> Iterator[RunningWorker]:
     running = RunningWorker()
     yield running
     running.stop()
+
+
+# The portal's fixtures (people in a fresh tenant, a test client over the real app).
+from tests.integration.portal_support import people, portal  # noqa: E402, F401
