@@ -57,7 +57,7 @@ def create_app(
             licences.my_licence, licences.clients, licences.client_licence, licences.wall,
             licences.renew_own_licence, licences.renew_client_licence,
             members.members, members.invite, members.change_role, members.deactivate_member,
-            members.invitation_page, members.accept,
+            members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.healthz,
             create_static_files_router(

@@ -153,8 +153,9 @@ class AcceptForm:
     confirm: str = ""
 
 
-@post("/invitations/{token:str}", opt={PUBLIC: True}, sync_to_thread=True)
-def accept(
+# A path of its own: Litestar 2.25 double-wraps a sync GET whose path a sync POST shares.
+@post("/invitations/{token:str}/join", opt={PUBLIC: True}, sync_to_thread=True)
+def join(
     request: Request[Any, Any, Any], token: FromPath[str], data: Annotated[AcceptForm, Form]
 ) -> Template | Redirect:
     slug, invitation_id = _invitation(request, token)
