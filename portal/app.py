@@ -17,6 +17,8 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
+from redis.asyncio import BlockingConnectionPool
+from redis.asyncio import Redis as AsyncRedis
 
 from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
@@ -29,6 +31,8 @@ from tocsin.config import Settings, load_settings
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 STATIC_MAX_AGE = 60 * 60  # seconds browsers may reuse a static file without asking
+REDIS_CONNECTIONS = 32  # per process, shared by every request reading its session
+REDIS_WAIT_SECONDS = 5  # a request waits this long for a Redis connection before failing
 APP_NAME = "Tocsin"
 
 # What the browser may do with our pages: our own scripts and styles only (htmx attributes
@@ -48,7 +52,14 @@ def create_app(
     environment = build_environment(
         {"app_name": APP_NAME, "poll_seconds": portal_settings.inbox_poll_seconds}
     )
-    sessions = RedisStore.with_client(url=settings.redis_url, namespace=SESSION_NAMESPACE)
+    # A bounded pool that waits for a free connection: redis-py's default pool raises "Too
+    # many connections" once 100 requests of one process read their session at once.
+    redis_pool = BlockingConnectionPool.from_url(
+        settings.redis_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_SECONDS
+    )
+    sessions = RedisStore(
+        AsyncRedis(connection_pool=redis_pool), namespace=SESSION_NAMESPACE, handle_client_shutdown=True
+    )
     return Litestar(
         route_handlers=[
             login.login_page, login.login, login.logout,
