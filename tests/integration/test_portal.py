@@ -12,6 +12,7 @@ import pytest
 from litestar.testing import TestClient
 
 from db.inbox import add_to_inbox
+from db.members import deactivate
 from db.tenancy import tenant_tx
 from portal.app import create_app
 from portal.sessions import SESSION_COOKIE
@@ -249,9 +250,8 @@ def test_a_deactivated_user_is_signed_out_at_their_next_request(
     portal: PortalClient, people: People
 ) -> None:
     signed_in(portal, people, people.client_user)
-    with tenant_tx(people.tenant.slug) as tx:  # no deactivation use case exists yet
-        tx.conn.execute("UPDATE users SET deactivated_at = now() WHERE id = %s",
-                        [people.client_user.id])
+    with tenant_tx(people.tenant.slug) as tx:
+        deactivate(tx, people.admin.id, people.client_user.id)
 
     response = portal.get("/", follow_redirects=False)
 
