@@ -26,6 +26,7 @@ pytestmark = pytest.mark.browser
 
 CLIENT_EMAIL = "ops@northwind.example"
 ADMIN_EMAIL = "admin@tenant.example"
+POLL_WAIT_MS = 30_000  # milliseconds to wait for a poll that comes every 5 s
 
 
 def seed(tenant: Tenant, expires_in_days: int) -> tuple[User, User]:
@@ -61,7 +62,8 @@ def test_the_badge_catches_a_new_notice_and_one_is_marked_read(
         add_to_inbox(tx, user.id, "report_ready", "Quarterly <b>report</b> is ready",
                      "Your <script>alert(1)</script> report is ready.", {"href": "/licence"},
                      idempotency_key="browser-report")
-    expect(badge).to_have_text("2")  # the badge's next poll (every 5 s here)
+    # The badge's next poll (every 5 s here); the bound only stops a hang.
+    expect(badge).to_have_text("2", timeout=POLL_WAIT_MS)
 
     page.reload()
     report = page.locator(".item").filter(has_text="Quarterly <b>report</b> is ready")
