@@ -10,6 +10,7 @@ from itertools import islice
 from typing import Annotated
 
 from litestar import get
+from litestar.di import NamedDependency, Provide
 from litestar.params import QueryParameter
 from litestar.response import Stream, Template
 
@@ -46,8 +47,13 @@ def _admin(viewer: Viewer) -> Viewer:
     return viewer
 
 
-def _filters(rule: str, subject: str, threshold: str, date_from: str, date_to: str,
-             status: str) -> LedgerFilter:
+def ledger_filters(
+    rule: Text = "", subject: Text = "", threshold: Text = "",
+    date_from: Annotated[str, QueryParameter(name="from", max_length=10)] = "",
+    date_to: Annotated[str, QueryParameter(name="to", max_length=10)] = "",
+    status: Text = "",
+) -> LedgerFilter:
+    """The ledger's filters from the query string, shared by the page and the export."""
     if subject and not subject.isdigit():
         raise InvalidInput("the subject filter takes a client number, such as 42")
     try:
@@ -62,18 +68,29 @@ def _filters(rule: str, subject: str, threshold: str, date_from: str, date_to: s
     )
 
 
-@get("/ledger", sync_to_thread=True)
+def _form(filters: LedgerFilter) -> dict[str, str]:
+    """The filters as the form (and its links) carry them."""
+    return {
+        "rule": filters.rule or "",
+        "subject": "" if filters.subject_id is None else str(filters.subject_id),
+        "threshold": filters.threshold or "",
+        "from": filters.claimed_from.isoformat() if filters.claimed_from else "",
+        "to": filters.claimed_to.isoformat() if filters.claimed_to else "",
+        "status": filters.status.value if filters.status else "",
+    }
+
+
+Filters = Provide(ledger_filters, sync_to_thread=False)
+
+
+@get("/ledger", sync_to_thread=True, dependencies={"filters": Filters})
 def ledger(
     viewer: CurrentViewer,
-    rule: Text = "", subject: Text = "", threshold: Text = "",
-    date_from: Annotated[str, QueryParameter(name="from", max_length=10)] = "",
-    date_to: Annotated[str, QueryParameter(name="to", max_length=10)] = "",
-    status: Text = "",
+    filters: NamedDependency[LedgerFilter],
     after_at: Annotated[datetime | None, QueryParameter(required=False)] = None,
     after_id: Annotated[int | None, QueryParameter(required=False, ge=1)] = None,
 ) -> Template:
     _admin(viewer)
-    filters = _filters(rule, subject, threshold, date_from, date_to, status)
     if (after_at is None) != (after_id is None) or (after_at is not None and after_at.tzinfo is None):
         raise InvalidInput("that page of the ledger does not exist; start again from the newest")
     after = LedgerCursor(after_at, after_id) if after_at is not None and after_id is not None else None
@@ -81,8 +98,7 @@ def ledger(
         rows, more = ledger_page(tx, filters, after)
         attempts = attempts_for(tx, [r.id for r in rows])
         unread = unread_count(tx, viewer.user.id)
-    form = {"rule": rule, "subject": subject, "threshold": threshold, "from": date_from,
-            "to": date_to, "status": status}
+    form = _form(filters)
     query = [(name, value) for name, value in form.items() if value]
     return Template(
         "ledger.html",
@@ -101,16 +117,9 @@ def _export(slug: str, filters: LedgerFilter) -> Iterator[str]:
             yield chunk
 
 
-@get("/ledger.csv", sync_to_thread=True)
-def ledger_csv(
-    viewer: CurrentViewer,
-    rule: Text = "", subject: Text = "", threshold: Text = "",
-    date_from: Annotated[str, QueryParameter(name="from", max_length=10)] = "",
-    date_to: Annotated[str, QueryParameter(name="to", max_length=10)] = "",
-    status: Text = "",
-) -> Stream:
+@get("/ledger.csv", sync_to_thread=True, dependencies={"filters": Filters})
+def ledger_csv(viewer: CurrentViewer, filters: NamedDependency[LedgerFilter]) -> Stream:
     _admin(viewer)
-    filters = _filters(rule, subject, threshold, date_from, date_to, status)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return Stream(
         _export(viewer.tenant.slug, filters), media_type="text/csv; charset=utf-8",

@@ -11,7 +11,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, expect
 
 from db.clients import create_client
 from db.inbox import add_to_inbox
@@ -20,7 +20,7 @@ from db.licences import claim_due_milestones
 from db.tenancy import Tenant, tenant_tx
 from db.users import User, create_user
 from domain.identity import Role
-from tests.browser.test_portal_browser import DESKTOP, PASSWORD, open_page
+from tests.browser.test_portal_browser import DESKTOP, PASSWORD, open_page, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -41,20 +41,12 @@ def seed(tenant: Tenant, expires_in_days: int) -> tuple[User, User]:
     return user, admin
 
 
-def sign_in_at(page_url: str, page: Page, tenant: Tenant, email: str) -> None:
-    page.goto(page_url)
-    page.get_by_label("Organisation").fill(tenant.slug)
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-
-
 def test_the_badge_catches_a_new_notice_and_one_is_marked_read(
     browser: Browser, portal_url: str, tenant: Tenant, artifacts: Path
 ) -> None:
     user, _ = seed(tenant, expires_in_days=7)
     page, errors = open_page(browser, DESKTOP)
-    sign_in_at(f"{portal_url}/login", page, tenant, CLIENT_EMAIL)
+    sign_in(page, portal_url, tenant, CLIENT_EMAIL)
     badge = page.locator("#unread-badge .count")
     expect(badge).to_have_text("1")
 
@@ -84,7 +76,7 @@ def test_an_expired_client_user_renews_in_one_click_and_lands_where_they_were_go
     seed(tenant, expires_in_days=-2)  # the scan expires the client
     page, errors = open_page(browser, DESKTOP)
 
-    sign_in_at(f"{portal_url}/login?next=/licence", page, tenant, CLIENT_EMAIL)
+    sign_in(page, portal_url, tenant, CLIENT_EMAIL, "/login?next=/licence")
     expect(page.get_by_role("heading", name="Your annual licence has expired")).to_be_visible()
     expect(page.get_by_text("Nothing has been deleted")).to_be_visible()
     assert page.url == f"{portal_url}/licence"
@@ -105,7 +97,7 @@ def test_an_admin_reads_the_ledger_and_exports_it(
 ) -> None:
     seed(tenant, expires_in_days=7)
     page, errors = open_page(browser, DESKTOP)
-    sign_in_at(f"{portal_url}/login", page, tenant, ADMIN_EMAIL)
+    sign_in(page, portal_url, tenant, ADMIN_EMAIL)
 
     page.get_by_role("link", name="Evidence").click()
     expect(page.get_by_role("heading", name="Notification ledger")).to_be_visible()
