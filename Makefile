@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint chromium bench clean
+.PHONY: run test lint chromium bench bench-portal clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -41,6 +41,9 @@ test: lint chromium
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.scan
+
+bench-portal: $(STAMP)
+	$(BIN)/python -m bench.portal
 
 clean:
 	rm -rf $(VENV) .tocsin test-artifacts .mypy_cache .ruff_cache .pytest_cache

@@ -9,56 +9,25 @@ publish it a second time (at least once), never zero times.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import timedelta
 
+from db.evidence import STUCK_AFTER, stuck_claims
 from db.tenancy import TenantTx
 
-STUCK_GRACE = timedelta(minutes=30)  # a claim this old with nobody notified is stuck
 
-
-@dataclass(frozen=True)
-class StuckClaim:
-    ledger_id: int
-    rule: str
-    subject_kind: str
-    subject_id: int
-    threshold: str
-    due_on: date
-    claimed_at: datetime
-
-
-# A claim whose notifications (or, for a digest, its email) were never written: nobody
-# has been told, in any channel.
-_STUCK = """
-    SELECT l.id, l.rule, l.subject_kind, l.subject_id, l.threshold, l.due_on, l.claimed_at
-    FROM notification_ledger l
-    WHERE l.status = 'claimed' AND l.claimed_at < now() - %(grace)s::interval
-      AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.ledger_id = l.id)
-      AND NOT EXISTS (SELECT 1 FROM digests g JOIN notification_deliveries d ON d.digest_id = g.id
-                      WHERE g.ledger_id = l.id)
-"""
-
-
-def stuck_claims(tx: TenantTx, older_than: timedelta = STUCK_GRACE) -> list[StuckClaim]:
-    rows = tx.conn.execute(_STUCK + " ORDER BY l.claimed_at, l.id", {"grace": older_than}).fetchall()
-    return [
-        StuckClaim(int(str(r[0])), str(r[1]), str(r[2]), int(str(r[3])), str(r[4]),
-                   r[5], r[6])  # type: ignore[arg-type]
-        for r in rows
-    ]
-
-
-def raise_alerts(tx: TenantTx, stuck_grace: timedelta = STUCK_GRACE) -> int:
-    """Record an alert for every stuck claim and failed delivery not alerted yet."""
+def raise_alerts(tx: TenantTx, stuck_grace: timedelta = STUCK_AFTER) -> int:
+    """Record an alert for every stuck claim (db.evidence.stuck_claims: the same list the
+    admins' attention page shows), failed delivery and held unknown outcome not alerted yet."""
+    stuck = stuck_claims(tx, stuck_grace)
     row = tx.conn.execute(
-        f"""
-        WITH stuck AS ({_STUCK}), raised AS (
+        """
+        WITH raised AS (
             INSERT INTO ops_alerts (kind, ref_id, summary)
             SELECT 'stuck_claim', s.id,
-                   format('claim %%s (%%s %%s/%%s, %%s, due %%s) has notified nobody since %%s',
+                   format('claim %%s (%%s %%s/%%s, %%s, due %%s) has not been delivered since %%s',
                           s.id, s.rule, s.subject_kind, s.subject_id, s.threshold, s.due_on,
                           to_char(s.claimed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI"Z"'))
-            FROM stuck s
+            FROM notification_ledger s WHERE s.id = ANY(%(stuck)s)
             UNION ALL
             SELECT 'failed_delivery', d.id,
                    format('delivery %%s (%%s) failed after %%s attempt(s): %%s',
@@ -75,7 +44,7 @@ def raise_alerts(tx: TenantTx, stuck_grace: timedelta = STUCK_GRACE) -> int:
         )
         SELECT count(*) FROM raised
         """,
-        {"grace": stuck_grace},
+        {"stuck": [c.ledger_id for c in stuck]},
     ).fetchone()
     return 0 if row is None else int(str(row[0]))
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 
+from db.ledger import notify_claims
 from db.tenancy import TenantTx
 from domain.errors import NotFound
 from domain.identity import Plan, valid_name, valid_zone
+from domain.licence import RENEWED, RULE, SUBJECT_KIND
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,30 @@ def license_events(tx: TenantTx, client_id: int) -> list[tuple[str, date, str | 
 RENEWAL_TERM_SQL = "interval '1 year'"
 
 
+@dataclass(frozen=True)
+class Renewal:
+    client: Client
+    previous_status: str
+    delivery_ids: list[int]  # the renewal notice's emails, to enqueue after commit
+
+
 def renew_licence(
-    tx: TenantTx, client_id: int, today: date, actor: str, actor_user_id: int | None = None
-) -> Client:
-    """Extend access one year past the later of the current expiry and ``today`` and make
-    the client active; a new due date means new ledger keys, so the next cycle's reminders
-    are claimed afresh. Reminders still waiting to be sent for the old date are cancelled.
+    tx: TenantTx,
+    client_id: int,
+    today: date,
+    actor: str,
+    actor_user_id: int | None = None,
+    *,
+    expected_expires_on: date | None = None,
+) -> Renewal | None:
+    """Extend access one year past the later of the current expiry and ``today`` (the
+    client's local date) and make the client active.
+
+    The guard is the expiry date the person was looking at (``expected_expires_on``): a
+    double click, a second tab or a concurrent admin finds the date already moved, changes
+    nothing and gets None. A new due date means new ledger keys, so the next cycle's
+    reminders are claimed afresh; reminders still waiting for the old date are cancelled,
+    and the renewal notice is claimed once under (licence, client, renewed, new date).
     """
     before = tx.conn.execute(
         f"SELECT {_COLUMNS} FROM clients WHERE id = %s FOR UPDATE", [client_id]
@@ -102,19 +122,29 @@ def renew_licence(
         UPDATE clients
         SET status = 'active', updated_at = now(),
             access_expires_on = (greatest(access_expires_on, %(today)s) + {RENEWAL_TERM_SQL})::date
-        WHERE id = %(id)s
+        WHERE id = %(id)s AND access_expires_on = coalesce(%(expected)s, access_expires_on)
         RETURNING {_COLUMNS}
         """,
-        {"id": client_id, "today": today},
+        {"id": client_id, "today": today, "expected": expected_expires_on},
     ).fetchone()
-    assert row is not None
+    if row is None:
+        return None
     renewed = _client(row)
-    event = "renewed" if old.status != "closed" else "reactivated"
+    event = "reactivated" if old.status == "closed" else "renewed"
     tx.conn.execute(
         "INSERT INTO license_events (client_id, event, access_expires_on, actor, actor_user_id) "
         "VALUES (%s, %s, %s, %s, %s)",
         [client_id, event, renewed.access_expires_on, actor, actor_user_id],
     )
+    _cancel_reminders(tx, client_id, old.access_expires_on)
+    return Renewal(renewed, old.status, _claim_renewal_notice(tx, renewed, today))
+
+
+def _cancel_reminders(tx: TenantTx, client_id: int, old_due_on: date) -> None:
+    """Reminders for the old date that nobody has sent yet are cancelled, and so are their
+    claims once no delivery of theirs is left in flight or sent."""
+    params = {"rule": RULE, "kind": SUBJECT_KIND, "client": client_id, "due": old_due_on,
+              "renewed": RENEWED}
     tx.conn.execute(
         """
         UPDATE notification_deliveries d
@@ -123,9 +153,46 @@ def renew_licence(
         FROM notifications n
         JOIN notification_ledger l ON l.id = n.ledger_id
         WHERE d.notification_id = n.id AND d.status IN ('pending', 'deferred', 'batched')
-          AND l.rule = 'licence' AND l.subject_kind = 'client' AND l.subject_id = %s
-          AND l.due_on = %s
+          AND l.rule = %(rule)s AND l.subject_kind = %(kind)s AND l.subject_id = %(client)s
+          AND l.due_on = %(due)s AND l.threshold <> %(renewed)s
         """,
-        [client_id, old.access_expires_on],
+        params,
     )
-    return renewed
+    tx.conn.execute(
+        """
+        UPDATE notification_ledger l
+        SET status = 'cancelled', status_reason = 'licence renewed before delivery',
+            cancelled_at = now()
+        WHERE l.rule = %(rule)s AND l.subject_kind = %(kind)s AND l.subject_id = %(client)s
+          AND l.due_on = %(due)s AND l.threshold <> %(renewed)s
+          AND l.status = 'claimed' AND l.delivered_at IS NULL
+          AND NOT EXISTS (
+              SELECT 1 FROM notifications n JOIN notification_deliveries d ON d.notification_id = n.id
+              WHERE n.ledger_id = l.id AND d.status <> 'cancelled'
+          )
+        """,
+        params,
+    )
+
+
+def _claim_renewal_notice(tx: TenantTx, client: Client, today: date) -> list[int]:
+    row = tx.conn.execute(
+        """
+        INSERT INTO notification_ledger
+            (rule, subject_kind, subject_id, threshold, due_on, status, local_date, prepared_at)
+        VALUES (%s, %s, %s, %s, %s, 'claimed', %s, now())
+        ON CONFLICT ON CONSTRAINT notification_once DO NOTHING
+        RETURNING id
+        """,
+        [RULE, SUBJECT_KIND, client.id, RENEWED, client.access_expires_on, today],
+    ).fetchone()
+    if row is None:
+        return []
+    ledger_id = int(str(row[0]))
+    notify_claims(tx, [ledger_id])
+    rows = tx.conn.execute(
+        "SELECT d.id FROM notification_deliveries d JOIN notifications n ON n.id = d.notification_id "
+        "WHERE n.ledger_id = %s ORDER BY d.id",
+        [ledger_id],
+    ).fetchall()
+    return [int(str(r[0])) for r in rows]

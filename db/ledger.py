@@ -1,4 +1,4 @@
-"""The notification ledger: turning claims into inbox rows and deliveries, and reading it.
+"""The notification ledger: turning claims into inbox rows and deliveries (db/evidence.py reads it).
 
 Preparation is idempotent by construction: inbox rows carry an idempotency key derived
 from (ledger row, recipient) and deliveries are unique per (notification, channel), so a
@@ -7,11 +7,7 @@ claim prepared twice (or by two scans at once) yields one of each.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, date, datetime
-
-from psycopg.rows import class_row
+from datetime import UTC, datetime
 
 from db.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.tenancy import TenantTx
@@ -130,46 +126,3 @@ def prepare_claims(tx: TenantTx, now: datetime | None = None) -> int:
     ledger_ids = sorted(int(str(r[0])) for r in rows)
     notify_claims(tx, ledger_ids, now)
     return len(ledger_ids)
-
-
-@dataclass(frozen=True)
-class LedgerRow:
-    id: int
-    rule: str
-    subject_kind: str
-    subject_id: int
-    subject_name: str | None
-    threshold: str
-    due_on: date
-    status: str
-    status_reason: str | None
-    local_date: date
-    claimed_at: datetime
-    delivered_at: datetime | None
-    acknowledged_at: datetime | None
-    deliveries: int
-    emails_accepted: int
-
-
-LEDGER_FIELDS = tuple(LedgerRow.__dataclass_fields__)
-
-
-def iter_ledger(tx: TenantTx, batch_size: int = 1000) -> Iterator[LedgerRow]:
-    """Every ledger row, oldest claim first, streamed with a server-side cursor."""
-    query = """
-        SELECT l.id, l.rule, l.subject_kind, l.subject_id, c.name AS subject_name, l.threshold, l.due_on,
-               l.status, l.status_reason, l.local_date, l.claimed_at, l.delivered_at,
-               l.acknowledged_at,
-               (SELECT count(*) FROM notifications n JOIN notification_deliveries d
-                    ON d.notification_id = n.id WHERE n.ledger_id = l.id) AS deliveries,
-               (SELECT count(*) FROM notifications n JOIN notification_deliveries d
-                    ON d.notification_id = n.id
-                 WHERE n.ledger_id = l.id AND d.status IN ('accepted', 'delivered')) AS emails_accepted
-        FROM notification_ledger l
-        LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
-        ORDER BY l.claimed_at, l.id
-    """
-    with tx.conn.cursor(name="ledger_export", row_factory=class_row(LedgerRow)) as cursor:
-        cursor.itersize = batch_size
-        cursor.execute(query)
-        yield from cursor

@@ -18,6 +18,7 @@ _hasher = PasswordHasher()
 # Verified against when the email is unknown, so a wrong email costs as much as a wrong password.
 _DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
 PASSWORD_MIN_LENGTH = 8  # characters
+PASSWORD_MAX_LENGTH = 1024  # characters; longer is not a password anyone types
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,14 @@ def _user(row: tuple[object, ...]) -> User:
     )
 
 
+def valid_password(password: str) -> str:
+    if len(password) < PASSWORD_MIN_LENGTH:
+        raise InvalidInput(f"password must be at least {PASSWORD_MIN_LENGTH} characters")
+    if len(password) > PASSWORD_MAX_LENGTH:
+        raise InvalidInput(f"password must be at most {PASSWORD_MAX_LENGTH} characters")
+    return password
+
+
 def create_user(
     tx: TenantTx,
     email: str,
@@ -49,8 +58,7 @@ def create_user(
     display_name: str = "",
 ) -> User:
     email = valid_email(email)
-    if len(password) < PASSWORD_MIN_LENGTH:
-        raise InvalidInput(f"password must be at least {PASSWORD_MIN_LENGTH} characters")
+    valid_password(password)
     if role is Role.CLIENT_USER and client_id is None:
         raise InvalidInput("a client_user needs --client ID (the client organisation they belong to)")
     if role is not Role.CLIENT_USER and client_id is not None:
@@ -100,6 +108,18 @@ def authenticate(tx: TenantTx, email: str, password: str) -> User | None:
 def get_user(tx: TenantTx, user_id: int) -> User | None:
     row = tx.conn.execute(f"SELECT {_COLUMNS} FROM users WHERE id = %s", [user_id]).fetchone()
     return None if row is None else _user(row)
+
+
+def set_password(tx: TenantTx, user_id: int, password: str) -> User:
+    """Give an active user a (new) password; a deactivated or missing user is NotFound."""
+    row = tx.conn.execute(
+        f"UPDATE users SET password_hash = %s WHERE id = %s AND deactivated_at IS NULL "
+        f"RETURNING {_COLUMNS}",
+        [_hasher.hash(valid_password(password)), user_id],
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no active user {user_id}")
+    return _user(row)
 
 
 def generate_password() -> str:

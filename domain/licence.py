@@ -16,6 +16,7 @@ from enum import StrEnum
 from domain.identity import Plan
 
 RULE = "licence"  # the ledger's rule name for every milestone of this cadence
+RENEWED = "renewed"  # the ledger threshold of the renewal notice; its due_on is the new expiry
 SUBJECT_KIND = "client"
 CATEGORY = "license_expiring"
 GRACE_DAYS = 14  # days after expiry until the account closes (data kept, reactivation possible)
@@ -191,5 +192,10 @@ COPY: dict[str, tuple[str, str]] = {
         "{client}: account closed",
         "The account for {client} closed after its grace period (access lapsed on {date}). "
         "Data is kept; an administrator can reactivate it.",
+    ),
+    RENEWED: (
+        "{client}: access renewed until {date}",
+        "The licence for {client} has been renewed, so access now runs until {date}. Thank "
+        "you: every reminder and record carries on as before.",
     ),
 }

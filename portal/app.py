@@ -10,17 +10,20 @@ from pathlib import Path
 
 from litestar import Litestar
 from litestar.config.csrf import CSRFConfig
-from litestar.datastructures import CacheControlHeader, ResponseHeader
+from litestar.datastructures import CacheControlHeader, ResponseHeader, State
 from litestar.di import Provide
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
+from redis.asyncio import BlockingConnectionPool
+from redis.asyncio import Redis as AsyncRedis
 
-from portal.auth import PUBLIC, provide_viewer, requires_login
+from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
-from portal.routes import health, hooks, inbox, licences, login, preferences, unsubscribe
+from portal.ratelimit import LoginThrottle
+from portal.routes import evidence, health, hooks, inbox, licences, login, members, preferences, unsubscribe
 from portal.sessions import SESSION_NAMESPACE, session_config
 from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
@@ -28,6 +31,8 @@ from tocsin.config import Settings, load_settings
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 STATIC_MAX_AGE = 60 * 60  # seconds browsers may reuse a static file without asking
+REDIS_CONNECTIONS = 32  # per process, shared by every request reading its session
+REDIS_WAIT_SECONDS = 5  # a request waits this long for a Redis connection before failing
 APP_NAME = "Tocsin"
 
 # What the browser may do with our pages: our own scripts and styles only (htmx attributes
@@ -47,16 +52,28 @@ def create_app(
     environment = build_environment(
         {"app_name": APP_NAME, "poll_seconds": portal_settings.inbox_poll_seconds}
     )
-    sessions = RedisStore.with_client(url=settings.redis_url, namespace=SESSION_NAMESPACE)
+    # A bounded pool that waits for a free connection: redis-py's default pool raises "Too
+    # many connections" once 100 requests of one process read their session at once.
+    redis_pool = BlockingConnectionPool.from_url(
+        settings.redis_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_SECONDS
+    )
+    sessions = RedisStore(
+        AsyncRedis(connection_pool=redis_pool), namespace=SESSION_NAMESPACE, handle_client_shutdown=True
+    )
     return Litestar(
         route_handlers=[
             login.login_page, login.login, login.logout,
-            inbox.inbox, inbox.older_notifications, inbox.unread_badge, inbox.read_notification,
-            licences.my_licence, licences.clients, licences.client_licence,
+            inbox.inbox, inbox.older_notifications, inbox.unread_badge, inbox.change_notification,
+            inbox.read_everything,
+            licences.my_licence, licences.clients, licences.client_licence, licences.wall,
+            licences.renew_own_licence, licences.renew_client_licence,
+            members.members, members.invite, members.change_role, members.deactivate_member,
+            members.invitation_page, members.join,
+            evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.healthz, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES,
             create_static_files_router(
-                path="/static", directories=[STATIC], opt={PUBLIC: True},
+                path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
             ),
         ],
@@ -64,6 +81,8 @@ def create_app(
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
         middleware=[session_config(secure=portal_settings.secure_cookies).middleware],
         stores={"sessions": sessions},
+        state=State({"settings": settings,
+                     "login_throttle": LoginThrottle.from_url(settings.redis_url)}),
         csrf_config=CSRFConfig(
             secret=settings.session_secret,
             cookie_name="tocsin_csrf",

@@ -2,7 +2,8 @@
 
 The tenant always comes from the server-side session, never from the URL or a form after
 sign-in; the user is re-read from the tenant's schema each request, so deactivating an
-account ends its sessions at their next click.
+account ends its sessions at their next click, and a client user's licence is re-read with
+it, so the Annual License Expired wall stands from the first request after expiry.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 from urllib.parse import urlencode
+from weakref import WeakKeyDictionary
 
 import anyio.to_thread
 from litestar import Request
@@ -17,6 +19,7 @@ from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 
+from db.clients import Client, get_client
 from db.tenancy import Tenant, tenant_tx
 from db.users import User, authenticate, get_user, spend_a_password_check
 from domain.errors import InvalidInput, NotFound
@@ -24,8 +27,9 @@ from domain.identity import Role
 from portal.sessions import AnyConnection, end_session, session_identity
 
 PUBLIC = "public"  # route opt: reachable without signing in
+BEYOND_THE_WALL = "beyond_the_wall"  # route opt: reachable while a client's access is paused
+ANY_QUERY = "any_query"  # route opt: query parameters are not checked (static files)
 VIEWER = "tocsin.viewer"  # connection-state key of the signed-in Viewer
-
 
 
 @dataclass(frozen=True)
@@ -34,10 +38,20 @@ class Viewer:
 
     tenant: Tenant
     user: User
+    client: Client | None = None  # a client user's organisation, read on every request
 
     @property
     def is_client_user(self) -> bool:
         return self.user.role is Role.CLIENT_USER
+
+    @property
+    def is_admin(self) -> bool:
+        return self.user.role is Role.ADMIN
+
+    @property
+    def access_paused(self) -> bool:
+        """A client user whose client's licence has expired or closed: the wall stands."""
+        return self.client is not None and self.client.status != "active"
 
     def can_see_client(self, client_id: int) -> bool:
         return not self.is_client_user or self.user.client_id == client_id
@@ -69,15 +83,53 @@ def load_viewer(tenant: str, user_id: int) -> Viewer | None:
         with tenant_tx(tenant) as tx:
             user = get_user(tx, user_id)
             loaded = tx.tenant
+            client = None if user is None or user.client_id is None else get_client(tx, user.client_id)
     except (InvalidInput, NotFound):
         return None
     if user is None or not user.active or loaded.status != "active":
         return None
-    return Viewer(loaded, user)
+    return Viewer(loaded, user, client)
+
+
+class AccessPaused(Exception):
+    """A client user asked for a page behind the Annual License Expired wall."""
+
+    def __init__(self, viewer: Viewer):
+        super().__init__("access paused")
+        self.viewer = viewer
+
+
+class UnknownParameter(Exception):
+    """A query parameter the route does not take: a clear 400 instead of being ignored."""
+
+
+# Per handler object (each app holds its own copies), computed on first use.
+_DECLARED_QUERY: WeakKeyDictionary[BaseRouteHandler, frozenset[str]] = WeakKeyDictionary()
+
+
+def declared_query_names(handler: BaseRouteHandler, path_params: frozenset[str]) -> frozenset[str]:
+    names = _DECLARED_QUERY.get(handler)
+    if names is None:
+        model = handler.create_kwargs_model(dict.fromkeys(path_params))  # type: ignore[arg-type]
+        names = frozenset(p.field_alias for p in model.expected_query_params)
+        _DECLARED_QUERY[handler] = names
+    return names
+
+
+def check_query(connection: AnyConnection, handler: BaseRouteHandler) -> None:
+    if handler.opt.get(ANY_QUERY) or not connection.scope.get("query_string"):
+        return
+    path_params = frozenset(connection.scope.get("path_params", {}))
+    unknown = set(connection.query_params) - declared_query_names(handler, path_params)
+    if unknown:
+        raise UnknownParameter(", ".join(sorted(unknown))[:100])
 
 
 async def requires_login(connection: AnyConnection, handler: BaseRouteHandler) -> None:
-    """App-wide guard: every route needs a signed-in, active user unless it is marked PUBLIC."""
+    """App-wide guard: no query parameter a route does not take; every route needs a
+    signed-in, active user unless it is marked PUBLIC; and a client user whose licence has
+    lapsed meets the wall on every route not marked BEYOND_THE_WALL."""
+    check_query(connection, handler)
     if handler.opt.get(PUBLIC):
         return
     identity = session_identity(connection)
@@ -88,6 +140,8 @@ async def requires_login(connection: AnyConnection, handler: BaseRouteHandler) -
         end_session(connection)
         raise NotAuthorizedException("sign in to continue")
     connection.state[VIEWER] = viewer
+    if viewer.access_paused and not handler.opt.get(BEYOND_THE_WALL):
+        raise AccessPaused(viewer)
 
 
 def provide_viewer(request: Request[Any, Any, Any]) -> Viewer:

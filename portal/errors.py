@@ -8,7 +8,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from litestar import Request, Response
 from litestar.exceptions import (
@@ -20,12 +20,13 @@ from litestar.response import Redirect, Template
 from litestar.status_codes import (
     HTTP_303_SEE_OTHER,
     HTTP_401_UNAUTHORIZED,
+    HTTP_402_PAYMENT_REQUIRED,
 )
 from litestar.types import ExceptionHandlersMap
 
 from db.errors import DatabaseUnavailable, NotMigrated
 from domain.errors import Conflict, InvalidInput, NotFound
-from portal.auth import login_url, requested_path
+from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 
 log = logging.getLogger("tocsin.portal")
 
@@ -65,6 +66,11 @@ def _reference() -> str:
 def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
     if isinstance(exc, NotFound):
         return NOT_FOUND
+    if isinstance(exc, UnknownParameter):
+        return ErrorPage(
+            400, BAD_REQUEST.title,
+            f"This page doesn\u2019t take the option “{exc}”. Check the address and try again.",
+        )
     if isinstance(exc, InvalidInput):
         return ErrorPage(400, "That didn't work", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, Conflict):
@@ -95,15 +101,40 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
     )
 
 
+def _htmx_current_path(request: AnyRequest) -> str:
+    current = urlsplit(request.headers.get("hx-current-url", ""))
+    return current.path + (f"?{current.query}" if current.query else "")
+
+
+def wall_url(next_path: str) -> str:
+    target = safe_next(next_path)
+    return "/renew" if target == "/" else "/renew?" + urlencode({"next": target})
+
+
+def _wall(request: AnyRequest, exc: AccessPaused) -> Response[Any]:
+    """The Annual License Expired wall: 402 for htmx (which is sent to the wall page) and
+    for any other method; a page navigation gets the wall itself, with renewal bringing the
+    user back to the page they asked for."""
+    if _is_htmx(request):
+        return Response(
+            content="", status_code=HTTP_402_PAYMENT_REQUIRED,
+            headers={"HX-Redirect": wall_url(_htmx_current_path(request))},
+        )
+    back = requested_path(request) if request.method in ("GET", "HEAD") else "/"
+    return Template(
+        "wall.html", status_code=HTTP_402_PAYMENT_REQUIRED,
+        context={"viewer": exc.viewer, "client": exc.viewer.client, "next": safe_next(back),
+                 "walled": True},
+    )
+
+
 def _signed_out(request: AnyRequest) -> Response[Any]:
     """No (or no longer a) signed-in user: htmx is told to load the login page, a browser
     is sent there and brought back afterwards."""
     if _is_htmx(request):
-        current = urlsplit(request.headers.get("hx-current-url", ""))
-        back = current.path + (f"?{current.query}" if current.query else "")
         return Response(
             content="", status_code=HTTP_401_UNAUTHORIZED,
-            headers={"HX-Redirect": login_url(back)},
+            headers={"HX-Redirect": login_url(_htmx_current_path(request))},
         )
     back = requested_path(request) if request.method in ("GET", "HEAD") else "/"
     return Redirect(login_url(back), status_code=HTTP_303_SEE_OTHER)
@@ -112,6 +143,8 @@ def _signed_out(request: AnyRequest) -> Response[Any]:
 def handle_exception(request: AnyRequest, exc: Exception) -> Response[Any]:
     if isinstance(exc, NotAuthorizedException):
         return _signed_out(request)
+    if isinstance(exc, AccessPaused):
+        return _wall(request, exc)
     page = error_page_for(request, exc)
     if _is_htmx(request):
         # htmx swaps error responses (see the htmx-config meta tag) into the page's flash

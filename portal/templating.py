@@ -31,6 +31,32 @@ CATEGORY_LABELS = {
 }
 PLAN_LABELS = {"standard": "Standard", "enterprise": "Enterprise"}
 STATUS_LABELS = {"active": "Active", "expired": "Access paused", "closed": "Closed"}
+RULE_LABELS = {"licence": "Annual licence"}
+THRESHOLD_LABELS = {
+    "expiry": "Expiry day", "closed": "Account closed", "renewed": "Renewal confirmed",
+    "grace1": "1 day after expiry", "grace3": "3 days after expiry", "grace7": "7 days after expiry",
+}
+CLAIM_LABELS = {"claimed": "Claimed", "skipped": "Skipped", "cancelled": "Cancelled"}
+DELIVERY_LABELS = {
+    "pending": "Waiting to send", "deferred": "Held for quiet hours", "batched": "In a digest",
+    "sending": "Sending", "accepted": "Accepted by the mail service", "delivered": "Delivered",
+    "bounced": "Bounced", "complained": "Marked as spam", "failed": "Failed",
+    "unknown": "Outcome unknown", "cancelled": "Cancelled",
+}
+OUTCOME_LABELS = {
+    "accepted": "Accepted", "retry": "Failed, retried", "failed": "Failed",
+    "unknown": "Outcome unknown", "cancelled": "Cancelled", None: "In progress",
+}
+
+
+def threshold_label(threshold: str) -> str:
+    """'30 days before', 'Expiry day', ...: never the internal code."""
+    if threshold in THRESHOLD_LABELS:
+        return THRESHOLD_LABELS[threshold]
+    if threshold[:1] == "d" and threshold[1:].isdigit():
+        days = int(threshold[1:])
+        return f"{days} day{'s' if days != 1 else ''} before expiry"
+    return threshold
 
 
 def ago(moment: datetime, now: datetime | None = None) -> str:
@@ -97,6 +123,11 @@ def build_environment(globals_: dict[str, Any]) -> Environment:
         category_label=lambda category: CATEGORY_LABELS.get(category, "Notice"),
         plan_label=lambda plan: PLAN_LABELS.get(plan, plan),
         status_label=lambda status: STATUS_LABELS.get(status, status),
+        rule_label=lambda rule: RULE_LABELS.get(rule, rule),
+        threshold_label=threshold_label,
+        claim_label=lambda status: CLAIM_LABELS.get(status, status),
+        delivery_label=lambda status: DELIVERY_LABELS.get(status, status),
+        outcome_label=lambda outcome: OUTCOME_LABELS.get(outcome, outcome),
     )
     environment.globals.update(globals_)
     return environment

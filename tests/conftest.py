@@ -19,9 +19,14 @@ _services = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not os.environ.get("TOCSIN_TEST_SERVICES_READY"):
+        _start_services()
+    # Fixtures that import the app (and so need the settings): registered only now.
+    config.pluginmanager.import_plugin("tests.integration.portal_support")
+
+
+def _start_services() -> None:
     global _services
-    if os.environ.get("TOCSIN_TEST_SERVICES_READY"):
-        return
     from tocsin.services import start_embedded
 
     home = Path(os.environ.get("TOCSIN_TEST_HOME", ROOT / ".tocsin" / "test"))

@@ -4,7 +4,6 @@ line on stderr and exits 2 having written nothing; an unreachable service exits 
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -132,20 +131,14 @@ def cmd_scan(args: argparse.Namespace) -> None:
 
 
 def cmd_ledger(args: argparse.Namespace) -> None:
-    from db.ledger import LEDGER_FIELDS, iter_ledger
+    from db.evidence import LedgerFilter, csv_lines, iter_ledger
     from db.tenancy import tenant_tx
 
     slug = valid_slug(args.tenant)
     with tenant_tx(slug) as tx:
-        rows = iter_ledger(tx)
+        rows = iter_ledger(tx, LedgerFilter())
         if args.csv:
-            writer = csv.writer(sys.stdout, lineterminator="\n")
-            writer.writerow(LEDGER_FIELDS)
-            for row in rows:
-                writer.writerow(
-                    "" if v is None else v.isoformat() if hasattr(v, "isoformat") else v
-                    for v in (getattr(row, f) for f in LEDGER_FIELDS)
-                )
+            sys.stdout.writelines(csv_lines(rows))
             return
         _out(f"{'ID':>6}  {'SUBJECT':<28} {'THRESHOLD':<9} {'DUE ON':<10}  {'STATUS':<9} "
              f"{'CLAIMED (UTC)':<19}  {'DELIVERED (UTC)':<19}  EMAILS")
@@ -179,20 +172,24 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 def cmd_stuck(args: argparse.Namespace) -> None:
     from datetime import timedelta
 
-    from db.alerts import stuck_claims
+    from db.evidence import stuck_claims
     from db.tenancy import tenant_tx
 
     grace = timedelta(minutes=args.older_than)
     with tenant_tx(valid_slug(args.tenant)) as tx:
         stuck = stuck_claims(tx, grace)
     if not stuck:
-        _out(f"No stuck claims: every claim older than {args.older_than} minutes notified someone.")
+        _out(f"No stuck claims: every claim older than {args.older_than} minutes was delivered "
+             "or is waiting on purpose (quiet hours, a digest).")
         return
-    _out(f"{len(stuck)} claim(s) older than {args.older_than} minutes have notified nobody:")
-    _out(f"{'LEDGER':>7}  {'RULE':<8} {'SUBJECT':<16} {'THRESHOLD':<9} {'DUE ON':<10}  CLAIMED (UTC)")
+    _out(f"{len(stuck)} claim(s) older than {args.older_than} minutes, not delivered and not waiting "
+         "on purpose:")
+    _out(f"{'LEDGER':>7}  {'RULE':<8} {'SUBJECT':<24} {'THRESHOLD':<9} {'DUE ON':<10}  "
+         f"{'CLAIMED (UTC)':<16}  EMAILS WAITING")
     for s in stuck:
-        _out(f"{s.ledger_id:>7}  {s.rule:<8} {s.subject_kind + ' ' + str(s.subject_id):<16} "
-             f"{s.threshold:<9} {s.due_on.isoformat():<10}  {s.claimed_at.astimezone(UTC):%Y-%m-%d %H:%M}")
+        subject = f"{s.subject_name or s.subject_kind} #{s.subject_id}"[:24]
+        _out(f"{s.ledger_id:>7}  {s.rule:<8} {subject:<24} {s.threshold:<9} {s.due_on.isoformat():<10}  "
+             f"{s.claimed_at.astimezone(UTC):%Y-%m-%d %H:%M}  {s.waiting}/{s.deliveries}")
 
 
 def cmd_up(args: argparse.Namespace) -> None:
@@ -275,7 +272,7 @@ def build_parser() -> Parser:
                 "recover from Postgres state: expired leases, unknown outcomes, unsent work, alerts")
     p.add_argument("--tenant", help="one tenant (default: every active tenant)")
 
-    p = command("stuck", cmd_stuck, "list claims that have notified nobody after a grace period")
+    p = command("stuck", cmd_stuck, "list claims not delivered after a grace period, not waiting on purpose")
     p.add_argument("--tenant", required=True)
     p.add_argument("--older-than", type=positive_count, default=30, metavar="MINUTES",
                    help="grace period in minutes (default 30)")

@@ -1,10 +1,13 @@
-"""The inbox: the feed, its older pages, the unread badge, and marking a notification read.
+"""The inbox: the feed, its older pages, the unread badge, and what a reader does with a
+notification (read, unread, archive, acknowledge, mark all read).
 
-The full page and the htmx fragments render the same partials (_feed, _item, _badge).
+The full page and the htmx fragments render the same partials (_feed, _item, _badge); every
+action's htmx answer carries the badge out of band, so the count never lags the page.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated
 
@@ -14,13 +17,31 @@ from litestar.plugins.htmx import HTMXRequest
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_200_OK, HTTP_303_SEE_OTHER
 
-from db.inbox import Cursor, inbox_page, mark_read, unread_count
-from db.tenancy import tenant_tx
-from domain.errors import InvalidInput
+from db.inbox import (
+    Cursor,
+    InboxItem,
+    acknowledge,
+    archive,
+    inbox_page,
+    mark_all_read,
+    mark_read,
+    mark_unread,
+    unread_count,
+)
+from db.tenancy import TenantTx, tenant_tx
+from domain.errors import InvalidInput, NotFound
 from portal.auth import CurrentViewer, Viewer
 
 CreatedAt = Annotated[datetime | None, QueryParameter(name="created_at", required=False)]
 CursorId = Annotated[int | None, QueryParameter(name="id", required=False, ge=1)]
+
+ItemAction = Callable[[TenantTx, int, int], InboxItem]
+ACTIONS: dict[str, ItemAction] = {
+    "read": mark_read,
+    "unread": mark_unread,
+    "archive": archive,
+    "acknowledge": acknowledge,
+}
 
 
 def _cursor(created_at: datetime | None, cursor_id: int | None) -> Cursor | None:
@@ -68,17 +89,32 @@ def unread_badge(viewer: CurrentViewer) -> Template:
     return Template("_badge.html", context={"unread": unread})
 
 
-@post("/notifications/{notification_id:int}/read", sync_to_thread=True, status_code=HTTP_200_OK)
-def read_notification(
-    request: HTMXRequest, viewer: CurrentViewer, notification_id: FromPath[int]
+@post("/notifications/{notification_id:int}/{action:str}", sync_to_thread=True,
+      status_code=HTTP_200_OK)
+def change_notification(
+    request: HTMXRequest, viewer: CurrentViewer, notification_id: FromPath[int], action: FromPath[str]
 ) -> Template | Redirect:
-    """Mark read: htmx gets the item re-rendered plus the badge out of band; a plain form
-    post goes back to the inbox."""
+    """Read, unread, archive or acknowledge one of the viewer's notifications: htmx gets the
+    item re-rendered (nothing, once archived) plus the badge out of band; a plain form post
+    goes back to the inbox."""
+    change = ACTIONS.get(action)
+    if change is None:
+        raise NotFound(f"no action {action!r}")
     with tenant_tx(viewer.tenant.slug) as tx:
-        item = mark_read(tx, viewer.user.id, notification_id)
+        item = change(tx, viewer.user.id, notification_id)
         unread = unread_count(tx, viewer.user.id)
     if not request.htmx:
         return Redirect("/", status_code=HTTP_303_SEE_OTHER)
     return Template(
         "_read.html", context={"viewer": viewer, "item": item, "unread": unread, "badge_oob": True}
     )
+
+
+@post("/inbox/read-all", sync_to_thread=True, status_code=HTTP_200_OK)
+def read_everything(request: HTMXRequest, viewer: CurrentViewer) -> Template | Redirect:
+    with tenant_tx(viewer.tenant.slug) as tx:
+        mark_all_read(tx, viewer.user.id)
+    if not request.htmx:
+        return Redirect("/", status_code=HTTP_303_SEE_OTHER)
+    context = _feed_context(viewer, None)
+    return Template("_feed_page.html", context=context | {"badge_oob": True})

@@ -1,20 +1,26 @@
-"""Licence pages, where licence notifications link to: a client user's own licence, and any
-client's licence for the tenant's staff."""
+"""Licence pages, where licence notifications link to: a client user's own licence, every
+client's licence for the tenant's staff, the Annual License Expired wall with its one-click
+renewal, and an administrator's renewal or reactivation of any client."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from typing import Annotated
 from zoneinfo import ZoneInfo
 
-from litestar import get
-from litestar.params import FromPath
-from litestar.response import Template
+from litestar import get, post
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, FromPath, QueryParameter
+from litestar.response import Redirect, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from db.clients import Client, get_client, list_clients
+from actors.scan import enqueue_deliveries
+from db.clients import Client, get_client, list_clients, renew_licence
 from db.inbox import unread_count
 from db.tenancy import tenant_tx
 from domain.errors import NotFound
-from portal.auth import CurrentViewer, Viewer
+from portal.auth import BEYOND_THE_WALL, CurrentViewer, Viewer, safe_next
 
 SOON = 30  # days before expiry from which the licence page speaks of renewing
 
@@ -68,3 +74,63 @@ def clients(viewer: CurrentViewer) -> Template:
             "soon": SOON, "section": "clients",
         },
     )
+
+
+@dataclass
+class RenewalForm:
+    expires_on: date  # the expiry the person saw: a second submission finds it moved
+    next: str = "/"
+
+
+def _renew(viewer: Viewer, client_id: int, expected: date) -> None:
+    """One renewal, however many clicks: the guard in renew_licence lets one through; the
+    renewal notice's emails are enqueued after the commit."""
+    with tenant_tx(viewer.tenant.slug) as tx:
+        client = get_client(tx, client_id)
+        renewal = renew_licence(
+            tx, client_id, _local_today(client, viewer), actor="user",
+            actor_user_id=viewer.user.id, expected_expires_on=expected,
+        )
+    if renewal is not None:
+        enqueue_deliveries(viewer.tenant.slug, renewal.delivery_ids)
+
+
+@get("/renew", opt={BEYOND_THE_WALL: True}, sync_to_thread=False)
+def wall(
+    viewer: CurrentViewer, next_path: Annotated[str, QueryParameter(name="next", max_length=2000)] = "/"
+) -> Template | Redirect:
+    """The wall as a page of its own (where htmx requests are sent); once access is back,
+    straight on to where the user was going."""
+    if viewer.client is None:
+        raise NotFound("only client users have a licence to renew")
+    if not viewer.access_paused:
+        return Redirect(safe_next(next_path), status_code=HTTP_303_SEE_OTHER)
+    return Template(
+        "wall.html", context={"viewer": viewer, "client": viewer.client, "next": safe_next(next_path),
+                              "walled": True},
+    )
+
+
+@post("/renew", opt={BEYOND_THE_WALL: True}, sync_to_thread=True)
+def renew_own_licence(
+    viewer: CurrentViewer,
+    data: Annotated[RenewalForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+) -> Redirect:
+    """One-click renewal by a client user, then back to the page they asked for."""
+    if viewer.client is None:
+        raise NotFound("only client users have a licence to renew")
+    _renew(viewer, viewer.client.id, data.expires_on)
+    return Redirect(safe_next(data.next), status_code=HTTP_303_SEE_OTHER)
+
+
+@post("/clients/{client_id:int}/renew", sync_to_thread=True)
+def renew_client_licence(
+    viewer: CurrentViewer,
+    client_id: FromPath[int],
+    data: Annotated[RenewalForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+) -> Redirect:
+    """An administrator renews an expired client or reactivates a closed one."""
+    if not viewer.is_admin:
+        raise NotFound("only administrators renew other organisations' licences")
+    _renew(viewer, client_id, data.expires_on)
+    return Redirect(f"/clients/{client_id}", status_code=HTTP_303_SEE_OTHER)

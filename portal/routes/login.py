@@ -9,9 +9,14 @@ from litestar import Request, get, post
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, QueryParameter
 from litestar.response import Redirect, Template
-from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_400_BAD_REQUEST
+from litestar.status_codes import (
+    HTTP_303_SEE_OTHER,
+    HTTP_400_BAD_REQUEST,
+    HTTP_429_TOO_MANY_REQUESTS,
+)
 
 from portal.auth import PUBLIC, safe_next, sign_in
+from portal.ratelimit import LoginThrottle
 from portal.sessions import end_session, start_session
 
 WRONG_CREDENTIALS = (
@@ -63,9 +68,21 @@ def login(
         return _login_page(
             data, error="Enter your organisation, email and password.", status=HTTP_400_BAD_REQUEST
         )
+    throttle: LoginThrottle = request.app.state.login_throttle
+    address = request.client.host if request.client else "unknown"
+    refusal = throttle.refusal(data.organisation, data.email, address)
+    if refusal is not None:
+        minutes = f"{refusal.minutes} minute{'s' if refusal.minutes != 1 else ''}"
+        return _login_page(
+            data, status=HTTP_429_TOO_MANY_REQUESTS,
+            error=f"Too many failed sign-in attempts. For your security, signing in is paused "
+                  f"for a while: try again in {minutes}, or ask your administrator for help.",
+        )
     viewer = sign_in(data.organisation, data.email, data.password)
     if viewer is None:
+        throttle.record_failure(data.organisation, data.email, address)
         return _login_page(data, error=WRONG_CREDENTIALS, status=HTTP_400_BAD_REQUEST)
+    throttle.record_success(data.organisation, data.email)
     start_session(request, viewer.tenant.slug, viewer.user.id)
     return Redirect(safe_next(data.next), status_code=HTTP_303_SEE_OTHER)
 

@@ -52,7 +52,8 @@ def portal_url(artifacts: Path) -> Iterator[str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = artifacts / "portal-server.log"
-    env = dict(os.environ, PORT=str(port), PORTAL_URL=url)
+    # The badge polls every 5 s (the minimum) so a test sees a new notice arrive quickly.
+    env = dict(os.environ, PORT=str(port), PORTAL_URL=url, INBOX_POLL_SECONDS="5")
     with log_path.open("wb") as log:
         server = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "portal.app:create_app", "--factory",

@@ -53,10 +53,11 @@ def open_page(browser: Browser, viewport: ViewportSize) -> tuple[Page, list[str]
     return page, errors
 
 
-def sign_in(page: Page, portal_url: str, tenant: Tenant) -> None:
-    page.goto(f"{portal_url}/login")
+def sign_in(page: Page, portal_url: str, tenant: Tenant, email: str = EMAIL,
+            path: str = "/login") -> None:
+    page.goto(f"{portal_url}{path}")
     page.get_by_label("Organisation").fill(tenant.slug)
-    page.get_by_label("Email").fill(EMAIL)
+    page.get_by_label("Email").fill(email)
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
 

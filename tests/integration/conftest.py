@@ -202,3 +202,6 @@ class OpsInbox:
 @pytest.fixture
 def ops_inbox(ses: SesOutbox) -> OpsInbox:
     return OpsInbox()
+
+# The portal's fixtures (people, portal) live in tests/integration/portal_support.py,
+# registered as a plugin by tests/conftest.py once the services are configured.

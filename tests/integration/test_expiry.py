@@ -37,7 +37,7 @@ def test_a_client_renewed_before_its_expiry_date_is_not_expired(tenant: Tenant) 
     client, _ = add_client(tenant, EXPIRES, users=0)
     with tenant_tx(tenant.slug) as tx:
         renewed = renew_licence(tx, client.id, today=EXPIRES - timedelta(days=3), actor="test")
-    assert renewed.access_expires_on == date(2028, 8, 1)
+    assert renewed is not None and renewed.client.access_expires_on == date(2028, 8, 1)
 
     run_scan(tenant.slug, EXPIRY_MORNING)
     run_scan(tenant.slug, EXPIRY_MORNING + timedelta(days=2))

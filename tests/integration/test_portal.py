@@ -6,115 +6,30 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
-from zoneinfo import ZoneInfo
 
-import httpx
 import pytest
-from litestar import Litestar
 from litestar.testing import TestClient
 
-from db.clients import Client, create_client
-from db.inbox import add_to_inbox, inbox_page, unread_count
-from db.ledger import prepare_claims
-from db.licences import claim_due_milestones
-from db.tenancy import Tenant, tenant_tx
-from db.users import User, create_user
-from domain.identity import Role
+from db.inbox import add_to_inbox
+from db.members import deactivate
+from db.tenancy import tenant_tx
 from portal.app import create_app
 from portal.sessions import SESSION_COOKIE
 from portal.settings import load_portal_settings
+from tests.integration.portal_support import (
+    GENERIC_ERROR,
+    HTMX,
+    People,
+    PortalClient,
+    badge_count,
+    csrf_token,
+    notification_ids,
+    sign_in,
+    signed_in,
+    unread_of,
+)
 from tocsin.config import ConfigError, load_settings
-
-PASSWORD = "correct horse battery"
-GENERIC_ERROR = "email or password is wrong"
-HTMX = {"HX-Request": "true", "HX-Current-URL": "http://testserver.local/"}
-
-PortalClient = TestClient[Litestar]
-
-
-@dataclass(frozen=True)
-class People:
-    tenant: Tenant
-    client: Client
-    other_client: Client
-    client_user: User
-    other_client_user: User
-    admin: User
-
-
-def local_today(tenant: Tenant) -> date:
-    return datetime.now(UTC).astimezone(ZoneInfo(tenant.time_zone)).date()
-
-
-@pytest.fixture
-def people(tenant: Tenant) -> People:
-    """A client whose access ends in 7 days (so the scan claims its d7 reminder), a second
-    client far from renewal, a user at each, and an admin; then the real claim + prepare."""
-    today = local_today(tenant)
-    with tenant_tx(tenant.slug) as tx:
-        client = create_client(tx, "Northwind Analytics", today + timedelta(days=7))
-        other = create_client(tx, "Summit Energy", today + timedelta(days=200))
-        client_user = create_user(tx, "ops@northwind.example", Role.CLIENT_USER, PASSWORD,
-                                  client_id=client.id)
-        other_user = create_user(tx, "grid@summit.example", Role.CLIENT_USER, PASSWORD,
-                                 client_id=other.id)
-        admin = create_user(tx, "admin@tenant.example", Role.ADMIN, PASSWORD)
-        claim_due_milestones(tx, datetime.now(UTC))
-        prepare_claims(tx)
-    return People(tenant, client, other, client_user, other_user, admin)
-
-
-@pytest.fixture
-def portal() -> Iterator[PortalClient]:
-    with TestClient(app=create_app()) as client:
-        yield client
-
-
-def csrf_token(html: str) -> str:
-    match = re.search(r'name="_csrf_token" value="([^"]+)"', html)
-    assert match, "the page carries no CSRF token"
-    return match.group(1)
-
-
-def sign_in(portal: PortalClient, organisation: str, email: str, password: str = PASSWORD,
-            next_path: str = "/") -> httpx.Response:
-    token = csrf_token(portal.get("/login").text)
-    return portal.post(
-        "/login",
-        data={"organisation": organisation, "email": email, "password": password,
-              "next": next_path, "_csrf_token": token},
-        follow_redirects=False,
-    )
-
-
-def signed_in(portal: PortalClient, people: People, user: User) -> str:
-    """Sign in and return the inbox page's HTML."""
-    response = sign_in(portal, people.tenant.slug, user.email)
-    assert response.status_code == 303
-    inbox = portal.get("/")
-    assert inbox.status_code == 200
-    return inbox.text
-
-
-def notification_ids(tenant: Tenant, user: User) -> list[int]:
-    with tenant_tx(tenant.slug) as tx:
-        items, _ = inbox_page(tx, user.id)
-    return [item.id for item in items]
-
-
-def unread_of(tenant: Tenant, user: User) -> int:
-    with tenant_tx(tenant.slug) as tx:
-        return unread_count(tx, user.id)
-
-
-def badge_count(html: str) -> int:
-    match = re.search(r'id="unread-badge"[^>]*><span class="count">(\d+)</span>', html)
-    assert match, "no unread badge in the page"
-    return int(match.group(1))
 
 
 def test_the_login_page_asks_for_organisation_email_and_password(portal: PortalClient) -> None:
@@ -335,9 +250,8 @@ def test_a_deactivated_user_is_signed_out_at_their_next_request(
     portal: PortalClient, people: People
 ) -> None:
     signed_in(portal, people, people.client_user)
-    with tenant_tx(people.tenant.slug) as tx:  # no deactivation use case exists yet
-        tx.conn.execute("UPDATE users SET deactivated_at = now() WHERE id = %s",
-                        [people.client_user.id])
+    with tenant_tx(people.tenant.slug) as tx:
+        deactivate(tx, people.admin.id, people.client_user.id)
 
     response = portal.get("/", follow_redirects=False)
 

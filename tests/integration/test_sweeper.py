@@ -47,8 +47,8 @@ def test_stuck_claims_are_listed_by_the_cli_and_published_to_ops_exactly_once(
     ledger_id = _stuck_claim(tenant)
     main(["stuck", "--tenant", tenant.slug])
     out = capsys.readouterr().out
-    assert "1 claim(s) older than 30 minutes have notified nobody" in out
-    assert f"{ledger_id:>7}  licence" in out
+    assert "1 claim(s) older than 30 minutes, not delivered" in out
+    assert f"{ledger_id:>7}  licence" in out and "0/0" in out
     main(["stuck", "--tenant", tenant.slug, "--older-than", "90"])
     assert "No stuck claims" in capsys.readouterr().out
 
@@ -56,7 +56,7 @@ def test_stuck_claims_are_listed_by_the_cli_and_published_to_ops_exactly_once(
     assert run_concurrently(lambda: run_sweep(tenant.slug), lambda: run_sweep(tenant.slug)) == []
     run_sweep(tenant.slug)
     alerts = [m for m in ops_inbox.messages() if f"claim {ledger_id} " in m and tenant.slug in m]
-    assert len(alerts) == 1 and "has notified nobody" in alerts[0]
+    assert len(alerts) == 1 and "has not been delivered since" in alerts[0]
     assert scalar(tenant, "SELECT count(*) FROM ops_alerts WHERE published_at IS NOT NULL") == 1
 
 

@@ -1,0 +1,301 @@
+"""The evidence an inspector reads: the notification ledger filtered and paged, every
+delivery attempt behind a claim, the CSV export (streamed from a server-side cursor, never
+built in memory), claims stuck without a delivery, and deliveries that need a person.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields
+from datetime import date, datetime, timedelta
+from enum import StrEnum
+
+from psycopg.rows import class_row
+
+from db.tenancy import TenantTx
+from domain.errors import InvalidInput
+
+PAGE_SIZE = 50  # ledger rows per page
+STUCK_AFTER = timedelta(minutes=30)  # a claim with no delivery for this long needs a person
+FILTER_MAX_LENGTH = 100  # characters of a rule or threshold filter
+
+
+class LedgerStatus(StrEnum):
+    CLAIMED = "claimed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    DELIVERED = "delivered"  # claimed, and a delivery was accepted
+    UNDELIVERED = "undelivered"  # claimed, nothing accepted yet
+    ACKNOWLEDGED = "acknowledged"
+
+
+_STATUS_SQL = {
+    LedgerStatus.CLAIMED: "l.status = 'claimed'",
+    LedgerStatus.SKIPPED: "l.status = 'skipped'",
+    LedgerStatus.CANCELLED: "l.status = 'cancelled'",
+    LedgerStatus.DELIVERED: "l.delivered_at IS NOT NULL",
+    LedgerStatus.UNDELIVERED: "l.status = 'claimed' AND l.delivered_at IS NULL",
+    LedgerStatus.ACKNOWLEDGED: "l.acknowledged_at IS NOT NULL",
+}
+
+
+@dataclass(frozen=True)
+class LedgerFilter:
+    """What an admin narrowed the ledger to. Dates are claim dates in the tenant's zone,
+    both ends included."""
+
+    rule: str | None = None
+    subject_id: int | None = None
+    threshold: str | None = None
+    claimed_from: date | None = None
+    claimed_to: date | None = None
+    status: LedgerStatus | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("rule", "threshold"):
+            value = getattr(self, name)
+            if value is not None and len(value) > FILTER_MAX_LENGTH:
+                raise InvalidInput(f"the {name} filter is longer than {FILTER_MAX_LENGTH} characters")
+        if self.claimed_from and self.claimed_to and self.claimed_from > self.claimed_to:
+            raise InvalidInput("the 'from' date is after the 'to' date")
+
+    def where(self, zone: str) -> tuple[str, dict[str, object]]:
+        clauses, params = ["TRUE"], dict[str, object](zone=zone)
+        if self.rule:
+            clauses.append("l.rule = %(rule)s")
+            params["rule"] = self.rule
+        if self.subject_id is not None:
+            clauses.append("l.subject_id = %(subject_id)s")
+            params["subject_id"] = self.subject_id
+        if self.threshold:
+            clauses.append("l.threshold = %(threshold)s")
+            params["threshold"] = self.threshold
+        if self.claimed_from:  # local midnight in the tenant's zone, as an instant
+            clauses.append("l.claimed_at >= (%(claimed_from)s::date::timestamp AT TIME ZONE %(zone)s)")
+            params["claimed_from"] = self.claimed_from
+        if self.claimed_to:
+            clauses.append("l.claimed_at < ((%(claimed_to)s::date + 1)::timestamp AT TIME ZONE %(zone)s)")
+            params["claimed_to"] = self.claimed_to
+        if self.status is not None:
+            clauses.append(_STATUS_SQL[self.status])
+        return " AND ".join(clauses), params
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    id: int
+    rule: str
+    subject_kind: str
+    subject_id: int
+    subject_name: str | None
+    threshold: str
+    due_on: date
+    status: str
+    status_reason: str | None
+    local_date: date
+    claimed_at: datetime
+    delivered_at: datetime | None
+    acknowledged_at: datetime | None
+    acknowledged_by: str | None
+    deliveries: int
+    emails_accepted: int
+
+
+LEDGER_FIELDS = tuple(f.name for f in fields(LedgerRow))
+
+_LEDGER_SELECT = """
+SELECT l.id, l.rule, l.subject_kind, l.subject_id, c.name AS subject_name, l.threshold, l.due_on,
+       l.status, l.status_reason, l.local_date, l.claimed_at, l.delivered_at,
+       l.acknowledged_at, ack.email AS acknowledged_by,
+       coalesce(d.deliveries, 0) AS deliveries, coalesce(d.accepted, 0) AS emails_accepted
+FROM notification_ledger l
+LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
+LEFT JOIN users ack ON ack.id = l.acknowledged_by
+LEFT JOIN LATERAL (
+    SELECT count(*) AS deliveries,
+           count(*) FILTER (WHERE nd.status IN ('accepted', 'delivered')) AS accepted
+    FROM notifications n JOIN notification_deliveries nd ON nd.notification_id = n.id
+    WHERE n.ledger_id = l.id
+) d ON TRUE
+"""
+
+
+@dataclass(frozen=True)
+class LedgerCursor:
+    claimed_at: datetime
+    id: int
+
+
+def ledger_page(
+    tx: TenantTx, filters: LedgerFilter, after: LedgerCursor | None = None, limit: int = PAGE_SIZE
+) -> tuple[list[LedgerRow], LedgerCursor | None]:
+    """One page of the filtered ledger, newest claim first (keyset on claimed_at, id)."""
+    where, params = filters.where(tx.tenant.time_zone)
+    if after is not None:
+        where += " AND (l.claimed_at, l.id) < (%(after_at)s, %(after_id)s)"
+        params |= {"after_at": after.claimed_at, "after_id": after.id}
+    params["limit"] = limit + 1
+    with tx.conn.cursor(row_factory=class_row(LedgerRow)) as cursor:
+        rows = cursor.execute(
+            f"{_LEDGER_SELECT} WHERE {where} ORDER BY l.claimed_at DESC, l.id DESC LIMIT %(limit)s",
+            params,
+        ).fetchall()
+    page = rows[:limit]
+    more = LedgerCursor(page[-1].claimed_at, page[-1].id) if len(rows) > limit else None
+    return page, more
+
+
+def iter_ledger(
+    tx: TenantTx, filters: LedgerFilter | None = None, batch_size: int = 1000
+) -> Iterator[LedgerRow]:
+    """Every (filtered) ledger row, oldest claim first, streamed with a server-side cursor:
+    memory stays at one batch whatever the ledger's size."""
+    where, params = (filters or LedgerFilter()).where(tx.tenant.time_zone)
+    with tx.conn.cursor(name="ledger_export", row_factory=class_row(LedgerRow)) as cursor:
+        cursor.itersize = batch_size
+        cursor.execute(f"{_LEDGER_SELECT} WHERE {where} ORDER BY l.claimed_at, l.id", params)
+        yield from cursor
+
+
+def _cell(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, date | datetime):
+        return value.isoformat()
+    # A cell starting with = + - @ is a formula to a spreadsheet: quote it, so an exported
+    # client name can never run in the inspector's spreadsheet.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def csv_lines(rows: Iterable[LedgerRow]) -> Iterator[str]:
+    """The header, then one CSV line per row, produced as the rows arrive."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+
+    def line(values: Iterable[object]) -> str:
+        writer.writerow(values)
+        text = buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+        return text
+
+    yield line(LEDGER_FIELDS)
+    for row in rows:
+        yield line(_cell(getattr(row, name)) for name in LEDGER_FIELDS)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    ledger_id: int
+    delivery_id: int
+    recipient: str
+    channel: str
+    delivery_status: str
+    attempt_no: int | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str | None
+    error: str | None
+
+
+def attempts_for(tx: TenantTx, ledger_ids: list[int]) -> dict[int, list[Attempt]]:
+    """Every delivery of the given claims with every attempt of each, in one query."""
+    if not ledger_ids:
+        return {}
+    with tx.conn.cursor(row_factory=class_row(Attempt)) as cursor:
+        rows = cursor.execute(
+            """
+            SELECT n.ledger_id, d.id AS delivery_id, u.email AS recipient, d.channel,
+                   d.status AS delivery_status, a.attempt_no, a.started_at, a.ended_at,
+                   a.outcome, coalesce(a.error, CASE WHEN a.id IS NULL THEN d.last_error END) AS error
+            FROM notifications n
+            JOIN notification_deliveries d ON d.notification_id = n.id
+            JOIN users u ON u.id = n.recipient_user_id
+            LEFT JOIN delivery_attempts a ON a.delivery_id = d.id
+            WHERE n.ledger_id = ANY(%s)
+            ORDER BY n.ledger_id, d.id, a.attempt_no
+            """,
+            [ledger_ids],
+        ).fetchall()
+    grouped: dict[int, list[Attempt]] = {}
+    for row in rows:
+        grouped.setdefault(row.ledger_id, []).append(row)
+    return grouped
+
+
+@dataclass(frozen=True)
+class StuckClaim:
+    ledger_id: int
+    rule: str
+    subject_kind: str
+    subject_id: int
+    subject_name: str | None
+    threshold: str
+    due_on: date
+    claimed_at: datetime
+    deliveries: int  # delivery rows written for it (0: nobody was ever going to be told)
+    waiting: int  # of those, still pending or being sent
+
+
+def stuck_claims(tx: TenantTx, older_than: timedelta = STUCK_AFTER) -> list[StuckClaim]:
+    """Claims older than ``older_than`` that nothing has delivered and nothing is legitimately
+    holding back: no delivery row at all (every recipient gone, a crash before preparing), or
+    only rows still pending or sending (no worker, a lost message). Deferred or batched ones
+    are waiting on purpose; failed and unknown ones are listed by troubled_deliveries."""
+    with tx.conn.cursor(row_factory=class_row(StuckClaim)) as cursor:
+        return cursor.execute(
+            """
+            SELECT l.id AS ledger_id, l.rule, l.subject_kind, l.subject_id, c.name AS subject_name,
+                   l.threshold, l.due_on, l.claimed_at,
+                   coalesce(d.total, 0) AS deliveries, coalesce(d.waiting, 0) AS waiting
+            FROM notification_ledger l
+            LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
+            LEFT JOIN LATERAL (
+                SELECT count(*) AS total,
+                       count(*) FILTER (WHERE nd.status IN ('pending', 'sending')) AS waiting
+                FROM notifications n JOIN notification_deliveries nd ON nd.notification_id = n.id
+                WHERE n.ledger_id = l.id
+            ) d ON TRUE
+            WHERE l.status = 'claimed' AND l.delivered_at IS NULL
+              AND l.claimed_at < now() - %s
+              AND coalesce(d.total, 0) = coalesce(d.waiting, 0)
+            ORDER BY l.claimed_at, l.id
+            """,
+            [older_than],
+        ).fetchall()
+
+
+@dataclass(frozen=True)
+class TroubledDelivery:
+    delivery_id: int
+    ledger_id: int | None
+    title: str
+    recipient: str
+    channel: str
+    status: str
+    attempts: int
+    last_error: str | None
+    updated_at: datetime
+
+
+def troubled_deliveries(tx: TenantTx, limit: int = 200) -> list[TroubledDelivery]:
+    """Deliveries that ended badly (failed, bounced, complained) or whose outcome is unknown,
+    newest first, with the last error."""
+    with tx.conn.cursor(row_factory=class_row(TroubledDelivery)) as cursor:
+        return cursor.execute(
+            """
+            SELECT d.id AS delivery_id, n.ledger_id, n.title, u.email AS recipient, d.channel,
+                   d.status, d.attempts, d.last_error, d.updated_at
+            FROM notification_deliveries d
+            JOIN notifications n ON n.id = d.notification_id
+            JOIN users u ON u.id = n.recipient_user_id
+            WHERE d.status IN ('failed', 'unknown', 'bounced', 'complained')
+            ORDER BY d.updated_at DESC, d.id DESC
+            LIMIT %s
+            """,
+            [limit],
+        ).fetchall()

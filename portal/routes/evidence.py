@@ -1,0 +1,142 @@
+"""Evidence pages for administrators: the ledger (filtered, paged, with every delivery
+attempt), its CSV export streamed straight from a server-side cursor, and what needs a
+person (stuck claims, failed and unknown deliveries)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from itertools import islice
+from typing import Annotated
+
+from litestar import get
+from litestar.di import NamedDependency, Provide
+from litestar.params import QueryParameter
+from litestar.response import Stream, Template
+
+from db.evidence import (
+    LedgerCursor,
+    LedgerFilter,
+    LedgerStatus,
+    attempts_for,
+    csv_lines,
+    iter_ledger,
+    ledger_page,
+    stuck_claims,
+    troubled_deliveries,
+)
+from db.inbox import unread_count
+from db.tenancy import tenant_tx
+from domain.errors import InvalidInput, NotFound
+from domain.identity import parse_date
+from portal.auth import CurrentViewer, Viewer
+
+CSV_LINES_PER_CHUNK = 500  # lines per chunk written to the socket
+STATUS_LABELS = {
+    LedgerStatus.CLAIMED: "Claimed", LedgerStatus.SKIPPED: "Skipped (window passed)",
+    LedgerStatus.CANCELLED: "Cancelled", LedgerStatus.DELIVERED: "Delivered",
+    LedgerStatus.UNDELIVERED: "Not delivered yet", LedgerStatus.ACKNOWLEDGED: "Acknowledged",
+}
+
+Text = Annotated[str, QueryParameter(max_length=100)]
+
+
+def _admin(viewer: Viewer) -> Viewer:
+    if not viewer.is_admin:
+        raise NotFound("only administrators read the evidence pages")
+    return viewer
+
+
+def ledger_filters(
+    rule: Text = "", subject: Text = "", threshold: Text = "",
+    date_from: Annotated[str, QueryParameter(name="from", max_length=10)] = "",
+    date_to: Annotated[str, QueryParameter(name="to", max_length=10)] = "",
+    status: Text = "",
+) -> LedgerFilter:
+    """The ledger's filters from the query string, shared by the page and the export."""
+    if subject and not subject.isdigit():
+        raise InvalidInput("the subject filter takes a client number, such as 42")
+    try:
+        chosen = LedgerStatus(status) if status else None
+    except ValueError:
+        raise InvalidInput("choose a status from the list") from None
+    return LedgerFilter(
+        rule=rule.strip() or None, subject_id=int(subject) if subject else None,
+        threshold=threshold.strip() or None,
+        claimed_from=parse_date(date_from) if date_from else None,
+        claimed_to=parse_date(date_to) if date_to else None, status=chosen,
+    )
+
+
+def _form(filters: LedgerFilter) -> dict[str, str]:
+    """The filters as the form (and its links) carry them."""
+    return {
+        "rule": filters.rule or "",
+        "subject": "" if filters.subject_id is None else str(filters.subject_id),
+        "threshold": filters.threshold or "",
+        "from": filters.claimed_from.isoformat() if filters.claimed_from else "",
+        "to": filters.claimed_to.isoformat() if filters.claimed_to else "",
+        "status": filters.status.value if filters.status else "",
+    }
+
+
+Filters = Provide(ledger_filters, sync_to_thread=False)
+
+
+@get("/ledger", sync_to_thread=True, dependencies={"filters": Filters})
+def ledger(
+    viewer: CurrentViewer,
+    filters: NamedDependency[LedgerFilter],
+    after_at: Annotated[datetime | None, QueryParameter(required=False)] = None,
+    after_id: Annotated[int | None, QueryParameter(required=False, ge=1)] = None,
+) -> Template:
+    _admin(viewer)
+    if (after_at is None) != (after_id is None) or (after_at is not None and after_at.tzinfo is None):
+        raise InvalidInput("that page of the ledger does not exist; start again from the newest")
+    after = LedgerCursor(after_at, after_id) if after_at is not None and after_id is not None else None
+    with tenant_tx(viewer.tenant.slug) as tx:
+        rows, more = ledger_page(tx, filters, after)
+        attempts = attempts_for(tx, [r.id for r in rows])
+        unread = unread_count(tx, viewer.user.id)
+    form = _form(filters)
+    query = [(name, value) for name, value in form.items() if value]
+    return Template(
+        "ledger.html",
+        context={"viewer": viewer, "unread": unread, "section": "evidence", "rows": rows,
+                 "attempts": attempts, "more": more, "form": form, "query": query, "paged": after is not None,
+                 "statuses": STATUS_LABELS},
+    )
+
+
+def _export(slug: str, filters: LedgerFilter) -> Iterator[str]:
+    """The CSV in chunks, read from the cursor as the socket takes them; the transaction
+    stays open for the stream's length and closes if the download is abandoned."""
+    with tenant_tx(slug) as tx:
+        lines = csv_lines(iter_ledger(tx, filters))
+        while chunk := "".join(islice(lines, CSV_LINES_PER_CHUNK)):
+            yield chunk
+
+
+@get("/ledger.csv", sync_to_thread=True, dependencies={"filters": Filters})
+def ledger_csv(viewer: CurrentViewer, filters: NamedDependency[LedgerFilter]) -> Stream:
+    _admin(viewer)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return Stream(
+        _export(viewer.tenant.slug, filters), media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition":
+                 f'attachment; filename="tocsin-ledger-{viewer.tenant.slug}-{stamp}.csv"'},
+    )
+
+
+@get("/ledger/attention", sync_to_thread=True)
+def needs_attention(viewer: CurrentViewer) -> Template:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        stuck = stuck_claims(tx)
+        troubled = troubled_deliveries(tx)
+        unread = unread_count(tx, viewer.user.id)
+    return Template(
+        "attention.html",
+        context={"viewer": viewer, "unread": unread, "section": "evidence", "stuck": stuck,
+                 "troubled": troubled},
+    )

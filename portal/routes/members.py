@@ -1,0 +1,180 @@
+"""Members, for the tenant's administrators: who has access, inviting people by email,
+changing a team member's role and deactivating an account. Accepting an invitation is public:
+the signed, single-use link is the credential."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from litestar import Request, get, post
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, FromPath, QueryParameter
+from litestar.response import Redirect, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_400_BAD_REQUEST
+
+from actors.scan import enqueue_deliveries
+from db.clients import list_clients
+from db.inbox import unread_count
+from db.members import (
+    INVITE_PURPOSE,
+    accept_invitation,
+    deactivate,
+    get_invitation,
+    invite_member,
+    list_members,
+    set_role,
+)
+from db.tenancy import tenant_tx
+from domain.errors import InvalidInput, NotFound
+from domain.identity import valid_role
+from domain.tokens import verify
+from portal.auth import PUBLIC, CurrentViewer, Viewer
+from portal.sessions import start_session
+from tocsin.config import Settings
+
+INVITATION_DAYS = 7  # days an invitation link works
+FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright
+DONE = {
+    "invited": "Invitation sent. It works once, for {days} days.",
+    "role": "Role changed.",
+    "deactivated": "Account deactivated: they can no longer sign in or receive notices.",
+}
+
+Form = Body(media_type=RequestEncodingType.URL_ENCODED)
+
+
+def _admin(viewer: Viewer) -> Viewer:
+    if not viewer.is_admin:
+        raise NotFound("only administrators manage members")
+    return viewer
+
+
+def _settings(request: Request[Any, Any, Any]) -> Settings:
+    settings = request.app.state.settings
+    assert isinstance(settings, Settings)
+    return settings
+
+
+@get("/members", sync_to_thread=True)
+def members(
+    viewer: CurrentViewer, done: Annotated[str | None, QueryParameter(max_length=20)] = None
+) -> Template:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        people = list_members(tx)
+        clients = list_clients(tx)
+        unread = unread_count(tx, viewer.user.id)
+    notice = DONE.get(done or "", "").format(days=INVITATION_DAYS) or None
+    return Template(
+        "members.html",
+        context={"viewer": viewer, "unread": unread, "members": people, "clients": clients,
+                 "notice": notice, "section": "members"},
+    )
+
+
+@dataclass
+class InviteForm:
+    email: str = ""
+    role: str = "member"
+    client_id: str = ""
+    display_name: str = ""
+
+
+@post("/members/invite", sync_to_thread=True)
+def invite(request: Request[Any, Any, Any], viewer: CurrentViewer,
+           data: Annotated[InviteForm, Form]) -> Redirect:
+    _admin(viewer)
+    if any(len(v) > FIELD_MAX_LENGTH for v in (data.email, data.role, data.client_id, data.display_name)):
+        raise InvalidInput("that is longer than any email address or name")
+    if data.client_id and not data.client_id.isdigit():
+        raise InvalidInput("choose a client organisation from the list")
+    role = valid_role(data.role)
+    settings = _settings(request)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        invitation = invite_member(
+            tx, data.email, role, viewer.user.id, secret=settings.session_secret,
+            expires_at=datetime.now(UTC) + timedelta(days=INVITATION_DAYS),
+            client_id=int(data.client_id) if data.client_id else None,
+            display_name=data.display_name,
+        )
+    enqueue_deliveries(viewer.tenant.slug, invitation.delivery_ids)
+    return Redirect("/members?done=invited", status_code=HTTP_303_SEE_OTHER)
+
+
+@dataclass
+class RoleForm:
+    role: str
+
+
+@post("/members/{user_id:int}/role", sync_to_thread=True)
+def change_role(viewer: CurrentViewer, user_id: FromPath[int], data: Annotated[RoleForm, Form]) -> Redirect:
+    _admin(viewer)
+    role = valid_role(data.role[:FIELD_MAX_LENGTH])
+    with tenant_tx(viewer.tenant.slug) as tx:
+        set_role(tx, viewer.user.id, user_id, role)
+    return Redirect("/members?done=role", status_code=HTTP_303_SEE_OTHER)
+
+
+@post("/members/{user_id:int}/deactivate", sync_to_thread=True)
+def deactivate_member(viewer: CurrentViewer, user_id: FromPath[int]) -> Redirect:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        deactivate(tx, viewer.user.id, user_id)
+    return Redirect("/members?done=deactivated", status_code=HTTP_303_SEE_OTHER)
+
+
+def _invitation(request: Request[Any, Any, Any], token: str) -> tuple[str, int]:
+    """The tenant and invitation a link names; a tampered or expired link says so."""
+    claims = verify(_settings(request).session_secret, INVITE_PURPOSE, token, datetime.now(UTC))
+    tenant, invitation = claims.get("tenant"), claims.get("invitation")
+    if not isinstance(tenant, str) or not isinstance(invitation, int):
+        raise InvalidInput("This link is not valid.")
+    return tenant, invitation
+
+
+@get("/invitations/{token:str}", opt={PUBLIC: True}, sync_to_thread=True)
+def invitation_page(request: Request[Any, Any, Any], token: FromPath[str]) -> Template:
+    slug, invitation_id = _invitation(request, token)
+    with tenant_tx(slug) as tx:
+        invitation = get_invitation(tx, invitation_id)
+        organisation = tx.tenant.name
+    return Template(
+        "invitation.html",
+        context={"invitation": invitation, "organisation": organisation, "slug": slug,
+                 "token": token, "error": None},
+    )
+
+
+@dataclass
+class AcceptForm:
+    password: str = ""
+    confirm: str = ""
+
+
+# A path of its own: Litestar 2.25 double-wraps a sync GET whose path a sync POST shares.
+@post("/invitations/{token:str}/join", opt={PUBLIC: True}, sync_to_thread=True)
+def join(
+    request: Request[Any, Any, Any], token: FromPath[str], data: Annotated[AcceptForm, Form]
+) -> Template | Redirect:
+    slug, invitation_id = _invitation(request, token)
+    error = None
+    if data.password != data.confirm:
+        error = "The two passwords are different. Type the same password twice."
+    try:
+        with tenant_tx(slug) as tx:
+            invitation = get_invitation(tx, invitation_id)
+            organisation = tx.tenant.name
+            if error is None:
+                user = accept_invitation(tx, invitation_id, data.password)
+    except InvalidInput as problem:
+        error = f"{str(problem)[:1].upper()}{str(problem)[1:]}."
+    if error is not None:
+        return Template(
+            "invitation.html", status_code=HTTP_400_BAD_REQUEST,
+            context={"invitation": invitation, "organisation": organisation, "slug": slug,
+                     "token": token, "error": error},
+        )
+    start_session(request, slug, user.id)
+    return Redirect("/", status_code=HTTP_303_SEE_OTHER)
