@@ -15,6 +15,7 @@ from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
 from db.tenancy import list_tenants, tenant_tx
 from domain.identity import parse_instant
+from tocsin.inbox_events import announce_new_notifications
 
 log = logging.getLogger("tocsin.scan")
 
@@ -36,7 +37,8 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
         to_send = deliveries_to_enqueue(tx)
     # After commit: a message must never name a row that might still roll back. If this
     # process dies before (or while) enqueueing, the rows stay unenqueued and the next
-    # scan sends them.
+    # scan sends them. The open inbox pages of the people notified hear of it likewise.
+    announce_new_notifications(tx)
     enqueue_deliveries(slug, to_send)
     return ScanReport(slug, counts, prepared, len(to_send))
 

@@ -28,6 +28,7 @@ from db.recovery import LeaseReport, ReconcileReport, expire_leases, reconcile_u
 from db.tenancy import list_tenants, tenant_tx
 from domain.delivery import UnknownPolicy
 from tocsin.config import load_settings
+from tocsin.inbox_events import announce_new_notifications
 from tocsin.timekeeping import utcnow
 
 log = logging.getLogger("tocsin.sweep")
@@ -55,6 +56,7 @@ def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
         repaired = prepare_claims(tx, utcnow())
         release_due_deferrals(tx, utcnow())  # quiet hours over: due now, by the app's clock
         to_send = deliveries_to_enqueue(tx, everything=redis_lost)
+    announce_new_notifications(tx)  # after commit, like the enqueue: repaired claims' readers
     enqueue_deliveries(slug, to_send)  # after commit: a message never names an uncommitted row
     with tenant_tx(slug) as tx:
         raised = raise_alerts(tx, timedelta(seconds=settings.stuck_grace_seconds))

@@ -139,7 +139,37 @@ def add_to_inbox(
         raise InvalidInput(f"unknown notification category {category!r}") from None
     except psycopg.errors.ForeignKeyViolation:
         raise NotFound(f"no user with id {recipient_user_id} in tenant {tx.tenant.slug!r}") from None
-    return None if row is None else _item(row)
+    if row is None:
+        return None
+    item = _item(row)
+    tx.new_in_inbox.add(recipient_user_id)
+    return item
+
+
+def newer_items(tx: TenantTx, user_id: int, than: Cursor | None, limit: int = PAGE_SIZE) -> list[InboxItem]:
+    """Unarchived notifications after the newest one a page shows, newest first: the oldest
+    ``limit`` of them, so a page far behind catches up over a few refreshes without gaps.
+    Served by the (recipient_user_id, created_at desc, id desc) index, read backwards."""
+    params: dict[str, object] = {"user": user_id, "limit": limit}
+    keyset = ""
+    if than is not None:
+        keyset = "AND (created_at, id) > (%(created_at)s, %(id)s)"
+        params |= {"created_at": than.created_at, "id": than.id}
+    rows = tx.conn.execute(
+        f"""
+        WITH items AS (
+            SELECT {_ITEM_COLUMNS}
+            FROM notifications
+            WHERE recipient_user_id = %(user)s AND archived_at IS NULL {keyset}
+            ORDER BY created_at, id
+            LIMIT %(limit)s
+        )
+        {_SELECT_ITEMS}
+        ORDER BY i.created_at DESC, i.id DESC
+        """,
+        params,
+    ).fetchall()
+    return [_item(row) for row in rows]
 
 
 def _change(tx: TenantTx, user_id: int, notification_id: int, assignments: str) -> InboxItem:

@@ -19,7 +19,8 @@ from domain.preferences import OPTED_OUT
 # recipient's preference for the category (domain.preferences, in SQL as RESOLVED_COLUMNS)
 # decides in the same statement: the inbox row is hidden (archived at once) when in_app is
 # off; the email is cancelled with the reason (opted out), batched for a digest, deferred
-# to the end of quiet hours, or pending.
+# to the end of quiet hours, or pending. It answers with the users whose inbox gained a
+# visible row, for the live push after commit.
 _NOTIFY = f"""
 WITH copy AS (
     SELECT * FROM unnest(%(copy_thresholds)s::text[], %(copy_titles)s::text[],
@@ -67,19 +68,21 @@ WITH copy AS (
     JOIN decided d ON d.ledger_id = r.ledger_id AND d.user_id = r.user_id
     ORDER BY r.ledger_id, r.user_id
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, ledger_id, recipient_user_id
+    RETURNING id, ledger_id, recipient_user_id, archived_at
+), delivered AS (
+    INSERT INTO notification_deliveries
+        (notification_id, channel, status, status_reason, send_after, batch_period, batched_at)
+    SELECT n.id, 'email', d.status,
+           CASE WHEN d.status = 'cancelled' THEN %(opted_out)s END,
+           CASE WHEN d.status = 'deferred' THEN d.quiet_end ELSE now() END,
+           CASE WHEN d.status = 'batched' THEN
+                CASE d.frequency WHEN 'weekly' THEN 'weekly' ELSE 'daily' END END,
+           CASE WHEN d.status = 'batched' THEN %(now)s END
+    FROM notified n JOIN decided d ON d.ledger_id = n.ledger_id AND d.user_id = n.recipient_user_id
+    ORDER BY n.id
+    ON CONFLICT (notification_id, channel) DO NOTHING
 )
-INSERT INTO notification_deliveries
-    (notification_id, channel, status, status_reason, send_after, batch_period, batched_at)
-SELECT n.id, 'email', d.status,
-       CASE WHEN d.status = 'cancelled' THEN %(opted_out)s END,
-       CASE WHEN d.status = 'deferred' THEN d.quiet_end ELSE now() END,
-       CASE WHEN d.status = 'batched' THEN
-            CASE d.frequency WHEN 'weekly' THEN 'weekly' ELSE 'daily' END END,
-       CASE WHEN d.status = 'batched' THEN %(now)s END
-FROM notified n JOIN decided d ON d.ledger_id = n.ledger_id AND d.user_id = n.recipient_user_id
-ORDER BY n.id
-ON CONFLICT (notification_id, channel) DO NOTHING
+SELECT DISTINCT recipient_user_id FROM notified WHERE archived_at IS NULL
 """
 
 
@@ -91,7 +94,7 @@ def notify_claims(tx: TenantTx, ledger_ids: list[int], now: datetime | None = No
     if not ledger_ids:
         return
     thresholds = list(COPY)
-    tx.conn.execute(
+    recipients = tx.conn.execute(
         _NOTIFY,
         {
             "ledger_ids": ledger_ids,
@@ -104,7 +107,8 @@ def notify_claims(tx: TenantTx, ledger_ids: list[int], now: datetime | None = No
             "opted_out": OPTED_OUT,
             **PRODUCT_PARAMS,
         },
-    )
+    ).fetchall()
+    tx.new_in_inbox.update(int(str(r[0])) for r in recipients)
 
 
 def prepare_claims(tx: TenantTx, now: datetime | None = None) -> int:

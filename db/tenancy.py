@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
@@ -35,6 +35,9 @@ class TenantTx:
 
     conn: Connection
     tenant: Tenant
+    # Users given a visible inbox notification in this transaction, for the live push to
+    # name once it has committed (tocsin.inbox_events); never read before the commit.
+    new_in_inbox: set[int] = field(default_factory=set, compare=False, hash=False)
 
 
 _TENANT_COLUMNS = "id, slug, name, schema_name, time_zone, status, unknown_outcome_policy"

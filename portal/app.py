@@ -22,8 +22,20 @@ from redis.asyncio import Redis as AsyncRedis
 
 from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
+from portal.live import InboxListener
 from portal.ratelimit import LoginThrottle
-from portal.routes import evidence, health, hooks, inbox, licences, login, members, preferences, unsubscribe
+from portal.routes import (
+    evidence,
+    health,
+    hooks,
+    inbox,
+    licences,
+    live,
+    login,
+    members,
+    preferences,
+    unsubscribe,
+)
 from portal.sessions import SESSION_NAMESPACE, session_config
 from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
@@ -50,7 +62,8 @@ def create_app(
     settings = settings or load_settings()
     portal_settings = portal_settings or load_portal_settings(settings.portal_url)
     environment = build_environment(
-        {"app_name": APP_NAME, "poll_seconds": portal_settings.inbox_poll_seconds}
+        {"app_name": APP_NAME, "poll_seconds": portal_settings.inbox_poll_seconds,
+         "live_push": portal_settings.live_push}
     )
     # A bounded pool that waits for a free connection: redis-py's default pool raises "Too
     # many connections" once 100 requests of one process read their session at once.
@@ -60,11 +73,12 @@ def create_app(
     sessions = RedisStore(
         AsyncRedis(connection_pool=redis_pool), namespace=SESSION_NAMESPACE, handle_client_shutdown=True
     )
+    listener = InboxListener(settings.redis_url, settings.dramatiq_namespace)
     return Litestar(
         route_handlers=[
             login.login_page, login.login, login.logout,
-            inbox.inbox, inbox.older_notifications, inbox.unread_badge, inbox.change_notification,
-            inbox.read_everything,
+            inbox.inbox, inbox.older_notifications, inbox.newer_notifications, inbox.unread_badge,
+            inbox.change_notification, inbox.read_everything, live.inbox_stream,
             licences.my_licence, licences.clients, licences.client_licence, licences.wall,
             licences.renew_own_licence, licences.renew_client_licence,
             members.members, members.invite, members.change_role, members.deactivate_member,
@@ -81,8 +95,10 @@ def create_app(
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
         middleware=[session_config(secure=portal_settings.secure_cookies).middleware],
         stores={"sessions": sessions},
-        state=State({"settings": settings,
+        state=State({"settings": settings, "portal_settings": portal_settings,
+                     "inbox_listener": listener,
                      "login_throttle": LoginThrottle.from_url(settings.redis_url)}),
+        on_shutdown=[listener.close],
         csrf_config=CSRFConfig(
             secret=settings.session_secret,
             cookie_name="tocsin_csrf",

@@ -1,5 +1,5 @@
-"""The inbox: the feed, its older pages, the unread badge, and what a reader does with a
-notification (read, unread, archive, acknowledge, mark all read).
+"""The inbox: the feed, its older pages, what is newer than the page, the unread badge, and
+what a reader does with a notification (read, unread, archive, acknowledge, mark all read).
 
 The full page and the htmx fragments render the same partials (_feed, _item, _badge); every
 action's htmx answer carries the badge out of band, so the count never lags the page.
@@ -26,6 +26,7 @@ from db.inbox import (
     mark_all_read,
     mark_read,
     mark_unread,
+    newer_items,
     unread_count,
 )
 from db.tenancy import TenantTx, tenant_tx
@@ -56,10 +57,15 @@ def _feed_context(viewer: Viewer, after: Cursor | None) -> dict[str, object]:
     with tenant_tx(viewer.tenant.slug) as tx:
         items, next_cursor = inbox_page(tx, viewer.user.id, after)
         unread = unread_count(tx, viewer.user.id)
+    newest = _newest(items) if after is None else None
     return {
         "viewer": viewer, "items": items, "next_cursor": next_cursor, "unread": unread,
-        "paged": after is not None,
+        "paged": after is not None, "cursor": newest,
     }
+
+
+def _newest(items: list[InboxItem]) -> Cursor | None:
+    return Cursor(items[0].created_at, items[0].id) if items else None
 
 
 @get("/", sync_to_thread=True)
@@ -80,6 +86,26 @@ def older_notifications(
             status_code=HTTP_303_SEE_OTHER,
         )
     return Template("_feed.html", context=_feed_context(viewer, after))
+
+
+@get("/inbox/newer", sync_to_thread=True)
+def newer_notifications(
+    request: HTMXRequest, viewer: CurrentViewer, created_at: CreatedAt = None, cursor_id: CursorId = None
+) -> Template | Redirect:
+    """What arrived after the newest notification the page shows (the cursor it sends): put
+    at the top of the feed, the page's cursor moved past it and the badge refreshed, all out
+    of band. The page asks on every poll and, while its event stream is open, as soon as
+    the stream says something arrived; either way the items come from here."""
+    if not request.htmx:
+        return Redirect("/", status_code=HTTP_303_SEE_OTHER)
+    than = _cursor(created_at, cursor_id)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        items = newer_items(tx, viewer.user.id, than)
+        unread = unread_count(tx, viewer.user.id)
+    return Template("_feed_newer.html", context={
+        "viewer": viewer, "items": items, "cursor": _newest(items) or than, "unread": unread,
+        "was_empty": than is None, "badge_oob": True,
+    })
 
 
 @get("/inbox/badge", sync_to_thread=True)

@@ -21,6 +21,7 @@ from db.inbox import unread_count
 from db.tenancy import tenant_tx
 from domain.errors import NotFound
 from portal.auth import BEYOND_THE_WALL, CurrentViewer, Viewer, safe_next
+from tocsin.inbox_events import announce_new_notifications
 
 SOON = 30  # days before expiry from which the licence page speaks of renewing
 
@@ -91,6 +92,7 @@ def _renew(viewer: Viewer, client_id: int, expected: date) -> None:
             tx, client_id, _local_today(client, viewer), actor="user",
             actor_user_id=viewer.user.id, expected_expires_on=expected,
         )
+    announce_new_notifications(tx)
     if renewal is not None:
         enqueue_deliveries(viewer.tenant.slug, renewal.delivery_ids)
 

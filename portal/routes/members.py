@@ -33,6 +33,7 @@ from domain.tokens import verify
 from portal.auth import PUBLIC, CurrentViewer, Viewer
 from portal.sessions import start_session
 from tocsin.config import Settings
+from tocsin.inbox_events import announce_new_notifications
 
 INVITATION_DAYS = 7  # days an invitation link works
 FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright
@@ -99,6 +100,7 @@ def invite(request: Request[Any, Any, Any], viewer: CurrentViewer,
             client_id=int(data.client_id) if data.client_id else None,
             display_name=data.display_name,
         )
+    announce_new_notifications(tx)
     enqueue_deliveries(viewer.tenant.slug, invitation.delivery_ids)
     return Redirect("/members?done=invited", status_code=HTTP_303_SEE_OTHER)
 
