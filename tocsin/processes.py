@@ -13,6 +13,10 @@ from types import FrameType
 from tocsin.config import load_settings
 from tocsin.services import start_embedded, wants_local_aws
 
+# Seconds a stopping web process waits for open requests: open inbox event streams never
+# finish by themselves, and their browsers reconnect to the next process anyway.
+WEB_GRACEFUL_SHUTDOWN = 5
+
 
 def run_web() -> None:
     import uvicorn
@@ -20,7 +24,7 @@ def run_web() -> None:
     settings = load_settings()
     uvicorn.run(
         "portal.app:create_app", factory=True, host=settings.web_host, port=settings.web_port,
-        log_level="info", proxy_headers=True,
+        log_level="info", proxy_headers=True, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
     )
 
 

@@ -1,0 +1,62 @@
+"""The portal served by uvicorn in a subprocess, as in production, against the test database
+and Redis: for the browser tests and for the event stream, which the in-process test client
+cannot read while it is still open."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.integration.conftest import WAIT_LIMIT, wait_until
+from tocsin.processes import WEB_GRACEFUL_SHUTDOWN
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+@contextmanager
+def serve_portal(log_path: Path, **settings: str) -> Iterator[str]:
+    """Start the portal with these extra settings (e.g. INBOX_POLL_SECONDS="5"); its URL."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, PORT=str(port), PORTAL_URL=url, **settings)
+    log_path.parent.mkdir(exist_ok=True)
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "portal.app:create_app", "--factory",
+             "--host", "127.0.0.1", "--port", str(port),
+             "--timeout-graceful-shutdown", str(WEB_GRACEFUL_SHUTDOWN)],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(lambda: server.poll() is not None or _healthy(url), "the portal to start")
+            if server.poll() is not None:
+                raise AssertionError(f"the portal exited at start-up; see {log_path}")
+            yield url
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=WAIT_LIMIT)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
