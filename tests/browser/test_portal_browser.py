@@ -3,6 +3,7 @@ read, watch the badge go to zero. Screenshots land in test-artifacts/ for people
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -141,8 +142,11 @@ def test_htmx_failures_are_shown_and_an_ended_session_leads_to_login(
     expect(page.locator("#unread-badge .count")).to_have_text("1")
     page.screenshot(path=artifacts / "inbox-flash.png", full_page=True)
 
-    page.reload()  # a fresh token; then the session ends (signed out elsewhere, or expired)
-    page.context.clear_cookies(name="tocsin_session")
+    page.reload()  # a fresh token; then the session ends: signed out from another tab
+    # (server-side, so the page's own background requests, the live stream and the feed's
+    # poll, cannot bring it back the way they could restore a cookie cleared in the browser).
+    token = json.loads(page.locator("body").get_attribute("hx-headers") or "{}")["x-csrftoken"]
+    assert page.request.post(f"{portal_url}/logout", headers={"x-csrftoken": token}).ok
     mark_read.click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     assert page.url.startswith(f"{portal_url}/login")
