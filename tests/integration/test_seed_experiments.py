@@ -17,6 +17,7 @@ from actors.scan import run_scan
 from actors.sweep import run_sweep
 from db.clients import renew_licence
 from db.deliveries import ClaimedEmail, claim_delivery
+from db.licences import claim_due_milestones
 from db.tenancy import Tenant, set_unknown_outcome_policy, tenant_tx
 from portal.app import create_app
 from tests.integration.builders import add_client, ledger, scalar, scan_concurrently
@@ -29,9 +30,11 @@ DUE = AS_OF.date() + timedelta(days=7)  # the d7 reminder is due at AS_OF
 
 
 def _one_claimed_reminder(tenant: Tenant, due: date = DUE) -> int:
-    """A client whose d7 reminder is claimed at AS_OF; the id of its one email delivery."""
+    """A client whose d7 reminder is claimed at AS_OF; the id of its one email delivery,
+    committed and not enqueued (the test decides who sends it, and when)."""
     add_client(tenant, due, name="Harbour Ltd", users=1)
-    run_scan(tenant.slug, AS_OF)
+    with tenant_tx(tenant.slug) as tx:
+        claim_due_milestones(tx, AS_OF)
     return int(scalar(tenant, "SELECT id FROM notification_deliveries ORDER BY id DESC LIMIT 1"))
 
 
