@@ -76,18 +76,31 @@ def inbox_page(
 ) -> tuple[list[InboxItem], Cursor | None]:
     """One page of unarchived notifications, newest first, and the cursor of the next page.
     Served by the (recipient_user_id, created_at desc, id desc) index."""
-    params: dict[str, object] = {"user": user_id, "limit": limit + 1}
+    rows = _items_beside(tx, user_id, after, older=True, limit=limit + 1)
+    items = [_item(row) for row in rows[:limit]]
+    next_cursor = Cursor(items[-1].created_at, items[-1].id) if len(rows) > limit else None
+    return items, next_cursor
+
+
+def _items_beside(
+    tx: TenantTx, user_id: int, cursor: Cursor | None, *, older: bool, limit: int
+) -> list[tuple[object, ...]]:
+    """Up to ``limit`` unarchived rows on one side of ``cursor`` (older: the next page; newer:
+    the oldest of those that arrived since), returned newest first either way. Served by the
+    (recipient_user_id, created_at desc, id desc) index, read forwards or backwards."""
+    params: dict[str, object] = {"user": user_id, "limit": limit}
     keyset = ""
-    if after is not None:
-        keyset = "AND (created_at, id) < (%(created_at)s, %(id)s)"
-        params |= {"created_at": after.created_at, "id": after.id}
-    rows = tx.conn.execute(
+    if cursor is not None:
+        keyset = f"AND (created_at, id) {'<' if older else '>'} (%(created_at)s, %(id)s)"
+        params |= {"created_at": cursor.created_at, "id": cursor.id}
+    order = "created_at DESC, id DESC" if older else "created_at, id"
+    return tx.conn.execute(
         f"""
         WITH items AS (
             SELECT {_ITEM_COLUMNS}
             FROM notifications
             WHERE recipient_user_id = %(user)s AND archived_at IS NULL {keyset}
-            ORDER BY created_at DESC, id DESC
+            ORDER BY {order}
             LIMIT %(limit)s
         )
         {_SELECT_ITEMS}
@@ -95,9 +108,6 @@ def inbox_page(
         """,
         params,
     ).fetchall()
-    items = [_item(row) for row in rows[:limit]]
-    next_cursor = Cursor(items[-1].created_at, items[-1].id) if len(rows) > limit else None
-    return items, next_cursor
 
 
 def unread_count(tx: TenantTx, user_id: int) -> int:
@@ -150,26 +160,7 @@ def newer_items(tx: TenantTx, user_id: int, than: Cursor | None, limit: int = PA
     """Unarchived notifications after the newest one a page shows, newest first: the oldest
     ``limit`` of them, so a page far behind catches up over a few refreshes without gaps.
     Served by the (recipient_user_id, created_at desc, id desc) index, read backwards."""
-    params: dict[str, object] = {"user": user_id, "limit": limit}
-    keyset = ""
-    if than is not None:
-        keyset = "AND (created_at, id) > (%(created_at)s, %(id)s)"
-        params |= {"created_at": than.created_at, "id": than.id}
-    rows = tx.conn.execute(
-        f"""
-        WITH items AS (
-            SELECT {_ITEM_COLUMNS}
-            FROM notifications
-            WHERE recipient_user_id = %(user)s AND archived_at IS NULL {keyset}
-            ORDER BY created_at, id
-            LIMIT %(limit)s
-        )
-        {_SELECT_ITEMS}
-        ORDER BY i.created_at DESC, i.id DESC
-        """,
-        params,
-    ).fetchall()
-    return [_item(row) for row in rows]
+    return [_item(row) for row in _items_beside(tx, user_id, than, older=False, limit=limit)]
 
 
 def _change(tx: TenantTx, user_id: int, notification_id: int, assignments: str) -> InboxItem:
