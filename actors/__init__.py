@@ -1,10 +1,14 @@
 """Dramatiq actors: thin shells that open a tenant transaction, call db/ and domain/,
 talk to providers through small adapters, and enqueue follow-ups after commit.
 
-`dramatiq actors` imports this package; importing it configures the broker first.
+`dramatiq actors` imports this package, and the worker runs only the actors it imports:
+every module that declares an actor is imported here (tests/integration/test_worker_registry.py
+starts the worker as the Procfile does and fails if one is missing). Importing the package
+configures the broker first.
 """
 
 from actors import broker as broker
 from actors import digest as digest
 from actors import email as email
 from actors import scan as scan
+from actors import sweep as sweep
