@@ -23,27 +23,32 @@ _pool: ConnectionPool | None = None
 def open_pool(database_url: str, *, max_size: int = 10, min_size: int = 1) -> ConnectionPool:
     """Open (or replace) the process pool. Connections run in autocommit mode so that a
     `conn.transaction()` block is the only transaction boundary anywhere in Tocsin."""
-    global _pool
     with _lock:
-        if _pool is not None:
-            _pool.close()
-        _probe(database_url)
-        _pool = ConnectionPool(
-            database_url,
-            min_size=min(min_size, max_size),
-            max_size=max_size,
-            kwargs={"autocommit": True},
-            # A connection whose backend was terminated is replaced, not handed out.
-            check=ConnectionPool.check_connection,
-            open=False,
-            name="tocsin",
-        )
-        try:
-            _pool.open(wait=True, timeout=30)
-        except Exception as error:
-            _pool = None
-            raise DatabaseUnavailable(f"cannot reach PostgreSQL: {error}") from None
-        return _pool
+        return _open_locked(database_url, max_size=max_size, min_size=min_size)
+
+
+def _open_locked(database_url: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
+    global _pool
+    if _pool is not None:
+        _pool.close()
+    _pool = None
+    _probe(database_url)
+    pool = ConnectionPool(
+        database_url,
+        min_size=min(min_size, max_size),
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        # A connection whose backend was terminated is replaced, not handed out.
+        check=ConnectionPool.check_connection,
+        open=False,
+        name="tocsin",
+    )
+    try:
+        pool.open(wait=True, timeout=30)
+    except Exception as error:
+        raise DatabaseUnavailable(f"cannot reach PostgreSQL: {error}") from None
+    _pool = pool
+    return pool
 
 
 def _probe(database_url: str) -> None:
@@ -57,12 +62,19 @@ def _probe(database_url: str) -> None:
 
 
 def get_pool() -> ConnectionPool:
-    if _pool is None:
+    pool = _pool
+    if pool is not None:
+        return pool
+    # Checked again under the lock: worker threads starting together all find no pool, and
+    # a second open used to close the first under a thread already holding its connection
+    # ("the pool 'tocsin' is already closed", a delivery stranded in sending).
+    with _lock:
+        if _pool is not None:
+            return _pool
         from tocsin.config import load_settings
 
         settings = load_settings()
-        return open_pool(settings.database_url, max_size=settings.db_pool_max)
-    return _pool
+        return _open_locked(settings.database_url, max_size=settings.db_pool_max)
 
 
 def close_pool() -> None:

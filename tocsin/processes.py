@@ -90,7 +90,10 @@ def run_everything(seed: bool = True) -> None:
         print("  Press Ctrl-C to stop everything.\n", flush=True)
         # The Procfile names `tocsin`: make sure this installation's is the one found.
         bin_dir = str(Path(sys.executable).parent)
-        env = {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+        env = {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
+               # honcho gives every process its own PORT; the worker's email and unsubscribe
+               # links must name the port the web process listens on, not the worker's own.
+               "PORTAL_URL": settings.portal_url}
         process = subprocess.Popen(
             # honcho hands PORT to each process from its base port; web is first in the
             # Procfile, so it gets the port the banner printed.
