@@ -1,38 +1,53 @@
-"""The Redis broker, configured from the settings before any actor is declared.
+"""The Dramatiq broker, built from the settings at process start (`install_broker`), never
+as a side effect of an import.
 
-Dramatiq binds actors to the broker current at declaration time, so this module is
-imported first by the package. Redis only carries messages: every pending thing is also
-a row in Postgres, and a flushed Redis or a lost message is repaired by the next scan.
+Dramatiq binds an actor to the broker that is current when the actor is declared, and the
+actor modules are imported before anyone has read the settings. So importing this package
+installs a placeholder that refuses to enqueue, and `install_broker` moves every actor
+declared so far onto the real broker. A process that forgot to install one fails loudly on
+its first send instead of talking to a default Redis on localhost.
+
+Redis only carries messages: every pending thing is also a row in Postgres, and a flushed
+Redis or a lost message is repaired by the sweeper.
 """
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import (
     AgeLimit,
     Callbacks,
+    Middleware,
     Pipelines,
     Retries,
     ShutdownNotifications,
     TimeLimit,
 )
 
-from tocsin.config import load_settings
+from tocsin.config import Settings
 
-_settings = load_settings()
 
-broker = RedisBroker(  # type: ignore[no-untyped-call]
-    url=_settings.redis_url,
-    namespace=_settings.dramatiq_namespace,
-    # A worker that dies holds its messages until another one notices it is gone; keep
-    # that short. Postgres, not redelivery, is what guarantees recovery.
-    heartbeat_timeout=30_000,  # milliseconds
-    # Out of a million commands: how often a worker looks for dead workers' messages (5%
-    # instead of the default 0.1%), so what a dead worker held comes back sooner.
-    maintenance_chance=50_000,
-    dead_message_ttl=7 * 24 * 3_600_000,  # milliseconds
-    middleware=[
+class BrokerNotInstalled(RuntimeError):
+    """A message was sent before the process installed its broker."""
+
+
+class _Placeholder(StubBroker):
+    """Holds actor declarations until the real broker exists; refuses every message."""
+
+    def enqueue(self, message: Any, *, delay: int | None = None) -> Any:
+        raise BrokerNotInstalled(
+            f"cannot enqueue {message.actor_name}: this process has not installed its broker "
+            "(tocsin.runtime.start_messaging)"
+        )
+
+
+def _middleware() -> list[Middleware]:
+    return [
         AgeLimit(max_age=60 * 60_000),  # milliseconds; the sweeper re-sends what Postgres still owes
         TimeLimit(time_limit=10 * 60_000),  # milliseconds; actors set their own lower limits
         ShutdownNotifications(),
@@ -41,6 +56,52 @@ broker = RedisBroker(  # type: ignore[no-untyped-call]
         # For unexpected errors only (a lost database connection): every actor is safe to
         # run again, and provider errors are recorded in Postgres, never raised.
         Retries(max_retries=3, min_backoff=1_000, max_backoff=60_000),  # milliseconds
-    ],
-)
-dramatiq.set_broker(broker)
+    ]
+
+
+_lock = threading.Lock()
+_installed: RedisBroker | None = None
+
+if dramatiq.broker.global_broker is None:  # get_broker() would build a default Redis broker
+    dramatiq.set_broker(_Placeholder(middleware=_middleware()))
+
+
+def build_broker(settings: Settings) -> RedisBroker:
+    return RedisBroker(  # type: ignore[no-untyped-call]
+        url=settings.redis_url,
+        namespace=settings.dramatiq_namespace,
+        # A worker that dies holds its messages until another one notices it is gone; keep
+        # that short. Postgres, not redelivery, is what guarantees recovery.
+        heartbeat_timeout=30_000,  # milliseconds
+        # Out of a million commands: how often a worker looks for dead workers' messages (5%
+        # instead of the default 0.1%), so what a dead worker held comes back sooner.
+        maintenance_chance=50_000,
+        dead_message_ttl=7 * 24 * 3_600_000,  # milliseconds
+        middleware=_middleware(),
+    )
+
+
+def install_broker(settings: Settings) -> RedisBroker:
+    """Build this process's broker from ``settings``, make it current and move every actor
+    declared so far onto it. Idempotent for the same settings."""
+    global _installed
+    with _lock:
+        current = dramatiq.get_broker()
+        if _installed is not None and current is _installed \
+                and getattr(_installed, "namespace", None) == settings.dramatiq_namespace:
+            return _installed
+        broker = build_broker(settings)
+        for name in sorted(current.get_declared_actors()):
+            actor = current.get_actor(name)
+            actor.broker = broker
+            broker.declare_actor(actor)
+        dramatiq.set_broker(broker)
+        _installed = broker
+        return broker
+
+
+def current_broker() -> RedisBroker:
+    """The installed broker (for the sweeper's marker and the tests' drains)."""
+    if _installed is None:
+        raise BrokerNotInstalled("this process has not installed its broker")
+    return _installed

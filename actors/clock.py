@@ -16,16 +16,19 @@ from types import FrameType
 
 import dramatiq
 
+from tocsin import runtime
 from tocsin.config import load_settings
 
 log = logging.getLogger("tocsin.clock")
 
 
 def run_clock(stop: threading.Event | None = None) -> None:
-    settings = load_settings()
+    settings = runtime.start(load_settings())  # once for the process
     from actors.digest import digest_tick
-    from actors.scan import tick  # configures the broker
+    from actors.scan import tick
     from actors.sweep import sweep
+
+    runtime.start_messaging(settings)  # the broker the ticks are sent through
 
     stop = stop or threading.Event()
 

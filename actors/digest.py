@@ -8,7 +8,7 @@ from datetime import datetime
 
 import dramatiq
 
-from actors.email import deliver_email
+from db.deliveries import schedule_deliveries
 from db.digests import BuiltDigest, build_due_digests
 from db.tenancy import list_tenants, tenant_tx
 from domain.identity import parse_instant
@@ -23,8 +23,8 @@ def run_digests(slug: str, as_of: datetime) -> list[BuiltDigest]:
     sweeper, which finds the digest's delivery pending in Postgres."""
     with tenant_tx(slug) as tx:
         built = build_due_digests(tx, as_of)
-    for digest in built:  # after commit: a message never names a row that may roll back
-        deliver_email.send(slug, digest.delivery_id)
+        # Sent once this commits, by the transaction: never naming a row that may roll back.
+        schedule_deliveries(tx, [digest.delivery_id for digest in built])
     return built
 
 

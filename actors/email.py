@@ -28,7 +28,8 @@ from db.pool import retrying
 from db.tenancy import tenant_tx
 from domain.delivery import ErrorClass, email_message_id, email_text, retry_delay, should_retry
 from domain.unsubscribe import unsubscribe_token
-from tocsin.config import Settings, load_settings
+from tocsin import runtime
+from tocsin.config import Settings
 from tocsin.timekeeping import utcnow
 
 # Ids, attempts and outcomes only: never addresses or message bodies.
@@ -38,7 +39,7 @@ log = logging.getLogger("tocsin.email")
 def deliver_email(slug: str, delivery_id: int) -> None:
     """Safe to run any number of times, at once or in sequence: only the run whose claim
     moves the delivery to sending calls the provider; the others find nothing to do."""
-    settings = load_settings()
+    settings = runtime.settings()
     claim = _claim(slug, delivery_id, settings)
     if claim is None:
         return

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from actors.ses import SesMailer, aws_client
 from db.alerts import mark_published, take_unpublished
 from db.tenancy import tenant_tx
-from tocsin.config import Settings, load_settings
+from tocsin import runtime
+from tocsin.config import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient
@@ -23,18 +23,17 @@ def sns(settings: Settings) -> SNSClient:
     return aws_client(settings, "sns")  # type: ignore[return-value]
 
 
-def prepare_local_aws(settings: Settings) -> None:
-    """On the local endpoint: register the sender and create the ops topic, exporting its
-    ARN to this process and its children (real AWS is set up by an operator)."""
+def prepare_local_aws(settings: Settings) -> str:
+    """On the local endpoint: register the sender and create the ops topic; returns its ARN
+    for the caller to hand to the processes it starts (real AWS is set up by an operator)."""
     SesMailer(settings).ensure_sender_identity()
-    arn = sns(settings).create_topic(Name=LOCAL_OPS_TOPIC)["TopicArn"]
-    os.environ.setdefault("OPS_TOPIC_ARN", arn)
+    return str(sns(settings).create_topic(Name=LOCAL_OPS_TOPIC)["TopicArn"])
 
 
 def publish_alerts(slug: str) -> int:
     """Publish the tenant's unpublished alerts; the rows are locked while publishing and
     marked in the same transaction, so concurrent sweepers publish each alert once."""
-    settings = load_settings()
+    settings = runtime.settings()
     with tenant_tx(slug) as tx:
         alerts = take_unpublished(tx)
         if not alerts:

@@ -72,9 +72,9 @@ def get_limiter() -> SendRateLimiter:
     global _limiter
     with _lock:
         if _limiter is None:
-            from tocsin.config import load_settings
+            from tocsin import runtime
 
-            settings = load_settings()
+            settings = runtime.settings()
             _limiter = SendRateLimiter(
                 redis.Redis.from_url(settings.redis_url),
                 f"{settings.dramatiq_namespace}:ses-send-slots",

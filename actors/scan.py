@@ -1,5 +1,5 @@
 """The licence scan: a tick fans out one message per tenant; each tenant's scan claims,
-prepares, commits, and only then enqueues the emails."""
+prepares, commits, and only then are the emails enqueued (by the transaction itself)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ from datetime import UTC, datetime
 
 import dramatiq
 
-from actors.email import deliver_email
-from db.deliveries import deliveries_to_enqueue, mark_enqueued
+from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
 from db.tenancy import list_tenants, tenant_tx
 from domain.identity import parse_instant
-from tocsin.inbox_events import announce_new_notifications
 
 log = logging.getLogger("tocsin.scan")
 
@@ -30,26 +28,16 @@ class ScanReport:
 
 def run_scan(slug: str, as_of: datetime) -> ScanReport:
     """One tenant's scan at an explicit instant. Safe to run any number of times, at once
-    or in sequence: what is claimed is skipped, what is unsent is enqueued again."""
+    or in sequence: what is claimed is skipped, what is unsent is enqueued again.
+
+    The emails and the live-inbox announcements go out once the transaction has committed
+    (db/tenancy.py): a message must never name a row that might still roll back. If this
+    process dies before (or while) enqueueing, the sweeper sends the rows later."""
     with tenant_tx(slug) as tx:
         counts = claim_due_milestones(tx, as_of)
         prepared = prepare_claims(tx, as_of)
-        to_send = deliveries_to_enqueue(tx)
-    # After commit: a message must never name a row that might still roll back. If this
-    # process dies before (or while) enqueueing, the rows stay unenqueued and the next
-    # scan sends them. The open inbox pages of the people notified hear of it likewise.
-    announce_new_notifications(tx)
-    enqueue_deliveries(slug, to_send)
+        to_send = schedule_due_deliveries(tx)
     return ScanReport(slug, counts, prepared, len(to_send))
-
-
-def enqueue_deliveries(slug: str, delivery_ids: list[int]) -> None:
-    if not delivery_ids:
-        return
-    for delivery_id in delivery_ids:
-        deliver_email.send(slug, delivery_id)
-    with tenant_tx(slug) as tx:
-        mark_enqueued(tx, delivery_ids)
 
 
 @dramatiq.actor(queue_name="scan", time_limit=10 * 60_000)  # milliseconds

@@ -18,7 +18,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from domain.delivery import ErrorClass, classify_provider_error
-from tocsin.config import Settings, load_settings
+from tocsin import runtime
+from tocsin.config import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_sesv2 import SESV2Client
@@ -135,7 +136,7 @@ def get_mailer() -> Mailer:
     global _mailer
     with _lock:
         if _mailer is None:
-            _mailer = SesMailer(load_settings())
+            _mailer = SesMailer(runtime.settings())
         return _mailer
 
 

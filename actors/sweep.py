@@ -18,17 +18,16 @@ from datetime import timedelta
 import dramatiq
 import redis
 
+from actors.broker import current_broker
 from actors.ops import publish_alerts
-from actors.scan import enqueue_deliveries
 from db.alerts import raise_alerts
-from db.deliveries import deliveries_to_enqueue
+from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.preferences import release_due_deferrals
 from db.recovery import LeaseReport, ReconcileReport, expire_leases, reconcile_unknown
 from db.tenancy import list_tenants, tenant_tx
 from domain.delivery import UnknownPolicy
-from tocsin.config import load_settings
-from tocsin.inbox_events import announce_new_notifications
+from tocsin import runtime
 from tocsin.timekeeping import utcnow
 
 log = logging.getLogger("tocsin.sweep")
@@ -46,18 +45,17 @@ class SweepReport:
 
 
 def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
-    settings = load_settings()
+    settings = runtime.settings()
     with tenant_tx(slug) as tx:
         leases = expire_leases(tx)
     with tenant_tx(slug) as tx:
         reconciled = reconcile_unknown(tx, settings.reconcile_window_seconds,
                                        UnknownPolicy(tx.tenant.unknown_outcome_policy))
+    # Sent (and repaired claims' readers told) once this commits, by the transaction.
     with tenant_tx(slug) as tx:
         repaired = prepare_claims(tx, utcnow())
         release_due_deferrals(tx, utcnow())  # quiet hours over: due now, by the app's clock
-        to_send = deliveries_to_enqueue(tx, everything=redis_lost)
-    announce_new_notifications(tx)  # after commit, like the enqueue: repaired claims' readers
-    enqueue_deliveries(slug, to_send)  # after commit: a message never names an uncommitted row
+        to_send = schedule_due_deliveries(tx, everything=redis_lost)
     with tenant_tx(slug) as tx:
         raised = raise_alerts(tx, timedelta(seconds=settings.stuck_grace_seconds))
     published = publish_alerts(slug)
@@ -65,7 +63,7 @@ def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
 
 
 def marker_key() -> str:
-    return f"{load_settings().dramatiq_namespace}:sweeper-marker"
+    return f"{runtime.settings().dramatiq_namespace}:sweeper-marker"
 
 
 def redis_was_emptied(client: redis.Redis) -> bool:
@@ -88,9 +86,7 @@ def sweep_tenant(slug: str, redis_lost: bool = False) -> None:
 @dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=10 * 60_000)  # milliseconds
 def sweep() -> None:
     """Fan out one sweep per active tenant."""
-    from actors.broker import broker
-
-    client = broker.client
+    client = current_broker().client
     lost = redis_was_emptied(client)
     if lost:
         log.warning("Redis holds no sweeper marker (flushed or restarted): re-enqueueing all due work")

@@ -301,8 +301,11 @@ def project_scan(
     What the scans did is read back from the tenants' tables afterwards (untimed)."""
     import dramatiq
 
-    from actors.broker import broker
+    from actors.broker import install_broker
     from actors.scan import scan_tenant
+    from tocsin import runtime
+
+    broker = install_broker(runtime.settings())
 
     before = scan_outcomes(conn, tenants)
     worker = dramatiq.Worker(broker, queues={"scan"}, worker_threads=workers, worker_timeout=20)

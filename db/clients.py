@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 
+from db.deliveries import schedule_deliveries
 from db.ledger import notify_claims
 from db.tenancy import TenantTx
 from domain.errors import NotFound
@@ -90,7 +91,7 @@ RENEWAL_TERM_SQL = "interval '1 year'"
 class Renewal:
     client: Client
     previous_status: str
-    delivery_ids: list[int]  # the renewal notice's emails, to enqueue after commit
+    delivery_ids: list[int]  # the renewal notice's emails, sent once the transaction commits
 
 
 def renew_licence(
@@ -137,7 +138,9 @@ def renew_licence(
         [client_id, event, renewed.access_expires_on, actor, actor_user_id],
     )
     _cancel_reminders(tx, client_id, old.access_expires_on)
-    return Renewal(renewed, old.status, _claim_renewal_notice(tx, renewed, today))
+    delivery_ids = _claim_renewal_notice(tx, renewed, today)
+    schedule_deliveries(tx, delivery_ids)  # handed to the workers once tx commits
+    return Renewal(renewed, old.status, delivery_ids)
 
 
 def _cancel_reminders(tx: TenantTx, client_id: int, old_due_on: date) -> None:

@@ -23,8 +23,16 @@ from uuid import UUID
 from db.digests import digest_email, mark_digest_items_delivered
 from db.preferences import apply_send_check, delivery_send_check
 from db.tenancy import TenantTx
+from domain.delivery import WAITING, Status, guard
 
 REENQUEUE_AFTER_SECONDS = 600  # a due delivery enqueued longer ago than this is re-enqueued
+
+# The statuses each guarded UPDATE below may leave, from domain/delivery.py's table (the one
+# source of truth; Postgres enforces the same table on every status change, see
+# db/migrations/__init__.py sync_delivery_moves).
+_WAITING = sorted(s.value for s in WAITING)
+_TO_SENDING = guard(Status.SENDING)
+_TO_ACCEPTED = guard(Status.ACCEPTED)
 
 # Why a due delivery is no longer wanted, checked in the claiming transaction. Subject
 # eligibility is per rule: a licence notice is about one due date, and stops applying
@@ -81,10 +89,10 @@ def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
         JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
         LEFT JOIN notification_ledger l ON l.id = coalesce(n.ledger_id, g.ledger_id)
         LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
-        WHERE d.id = %s AND d.status IN ('pending', 'deferred') AND d.send_after <= now()
+        WHERE d.id = %s AND d.status = ANY(%s) AND d.send_after <= now()
         FOR UPDATE OF d
         """,
-        [delivery_id],
+        [delivery_id, _WAITING],
     ).fetchone()
     if row is None:
         return None
@@ -103,9 +111,10 @@ def settle_unsent(
         UPDATE notification_deliveries
         SET status = %(status)s, status_reason = %(reason)s, enqueued_at = NULL,
             send_after = coalesce(%(send_after)s, send_after), updated_at = now()
-        WHERE id = %(id)s AND status IN ('pending', 'deferred')
+        WHERE id = %(id)s AND status = ANY(%(from)s)
         """,
-        {"id": delivery_id, "status": status, "reason": reason[:500], "send_after": send_after},
+        {"id": delivery_id, "status": status, "reason": reason[:500], "send_after": send_after,
+         "from": guard(Status(status), WAITING)},
     )
 
 
@@ -120,7 +129,7 @@ def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int, portal_url
             SET status = 'sending', claim_token = gen_random_uuid(),
                 lease_until = now() + make_interval(secs => %(lease)s),
                 attempts = attempts + 1, status_reason = NULL, updated_at = now()
-            WHERE id = %(id)s AND status IN ('pending', 'deferred') AND send_after <= now()
+            WHERE id = %(id)s AND status = ANY(%(from)s) AND send_after <= now()
             RETURNING id, notification_id, digest_id, claim_token, attempts
         ), attempt AS (
             INSERT INTO delivery_attempts (delivery_id, attempt_no, claim_token)
@@ -133,7 +142,7 @@ def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int, portal_url
         LEFT JOIN digests g ON g.id = c.digest_id
         JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
         """,
-        {"id": delivery_id, "lease": lease_seconds},
+        {"id": delivery_id, "lease": lease_seconds, "from": _TO_SENDING},
     ).fetchone()
     if row is None:
         raise RuntimeError(f"delivery {delivery_id} was not locked for its claim")
@@ -212,7 +221,7 @@ def record_accepted(
             SET status = 'accepted', provider_message_id = coalesce(provider_message_id, %(message_id)s),
                 accepted_at = now(), lease_until = NULL, unknown_since = NULL, last_error = NULL,
                 last_error_class = NULL, status_reason = NULL, updated_at = now()
-            WHERE id = %(id)s AND claim_token = %(token)s AND status IN ('sending', 'unknown')
+            WHERE id = %(id)s AND claim_token = %(token)s AND status = ANY(%(from)s)
             RETURNING id, notification_id
         ), attempt AS (
             UPDATE delivery_attempts
@@ -228,7 +237,7 @@ def record_accepted(
         SELECT id FROM accepted
         """,
         {"id": claim.delivery_id, "token": claim.claim_token, "message_id": provider_message_id,
-         "request_id": request_id},
+         "request_id": request_id, "from": _TO_ACCEPTED},
     ).fetchone()
     if row is not None and claim.digest_id is not None:
         mark_digest_items_delivered(tx, claim.digest_id)
@@ -294,35 +303,49 @@ def record_unknown(tx: TenantTx, claim: ClaimedEmail, error: str) -> bool:
     return row is not None
 
 
-def deliveries_to_enqueue(tx: TenantTx, *, everything: bool = False, limit: int = 10_000) -> list[int]:
-    """Due pending or deferred deliveries that were never enqueued, or whose message may
-    be lost (enqueued long ago and still waiting: a crash after commit, a flushed Redis).
-    ``everything``: also those enqueued recently (Redis is known to have lost them)."""
+def schedule_due_deliveries(tx: TenantTx, *, everything: bool = False, limit: int = 10_000) -> list[int]:
+    """Take the due pending or deferred deliveries that were never enqueued, or whose message
+    may be lost (enqueued long ago and still waiting: a crash after commit, a flushed
+    Redis), mark them enqueued and register them to be sent once ``tx`` commits.
+    ``everything``: also those enqueued recently (Redis is known to have lost them).
+
+    Marked in the same transaction that finds them, and rows another transaction is taking
+    right now are skipped: three scans at the same moment enqueue each delivery once, not
+    three times. If the process dies between the commit and the send, the row waits
+    REENQUEUE_AFTER_SECONDS for the sweeper; a lost message delays, never drops."""
     rows = tx.conn.execute(
-        """
-        SELECT id FROM notification_deliveries
-        WHERE status IN ('pending', 'deferred') AND send_after <= now()
-          AND (%(everything)s OR enqueued_at IS NULL
-               OR enqueued_at < now() - make_interval(secs => %(stale)s))
-        ORDER BY send_after, id
-        LIMIT %(limit)s
-        """,
-        {"everything": everything, "stale": REENQUEUE_AFTER_SECONDS, "limit": limit},
-    ).fetchall()
-    return [int(str(r[0])) for r in rows]
-
-
-def mark_enqueued(tx: TenantTx, delivery_ids: list[int]) -> None:
-    """Note that messages were sent. Rows another transaction is marking or claiming right
-    now are skipped: waiting for them could deadlock, and that one records the same fact."""
-    tx.conn.execute(
         """
         UPDATE notification_deliveries SET enqueued_at = now()
         WHERE id IN (
             SELECT id FROM notification_deliveries
-            WHERE id = ANY(%s) AND status IN ('pending', 'deferred')
-            ORDER BY id FOR UPDATE SKIP LOCKED
+            WHERE status = ANY(%(waiting)s) AND send_after <= now()
+              AND (%(everything)s OR enqueued_at IS NULL
+                   OR enqueued_at < now() - make_interval(secs => %(stale)s))
+            ORDER BY send_after, id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
         )
+        RETURNING id
         """,
-        [delivery_ids],
-    )
+        {"waiting": _WAITING, "everything": everything, "stale": REENQUEUE_AFTER_SECONDS,
+         "limit": limit},
+    ).fetchall()
+    ids = sorted(int(str(r[0])) for r in rows)
+    tx.emails_to_send.extend(ids)
+    return ids
+
+
+def schedule_deliveries(tx: TenantTx, delivery_ids: list[int]) -> None:
+    """Mark these new deliveries enqueued and register them to be sent once ``tx`` commits
+    (an invitation, a renewal notice: written and announced by one use case)."""
+    if not delivery_ids:
+        return
+    rows = tx.conn.execute(
+        """
+        UPDATE notification_deliveries SET enqueued_at = now()
+        WHERE id = ANY(%(ids)s) AND status = ANY(%(waiting)s) AND send_after <= now()
+        RETURNING id
+        """,
+        {"ids": delivery_ids, "waiting": _WAITING},
+    ).fetchall()
+    tx.emails_to_send.extend(sorted(int(str(r[0])) for r in rows))

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import psycopg
 
+from db.deliveries import schedule_deliveries
 from db.inbox import add_to_inbox
 from db.tenancy import TenantTx
 from db.users import User, get_user, set_password
@@ -41,7 +42,7 @@ class Invitation:
     id: int
     user_id: int
     token: str
-    delivery_ids: list[int]  # the invitation email, to enqueue after commit
+    delivery_ids: list[int]  # the invitation email, sent once the transaction commits
 
 
 def list_members(tx: TenantTx) -> list[Member]:
@@ -133,7 +134,9 @@ def invite_member(
         [item.id],
     ).fetchone()
     assert delivery is not None
-    return Invitation(invitation_id, user_id, token, [int(str(delivery[0]))])
+    delivery_ids = [int(str(delivery[0]))]
+    schedule_deliveries(tx, delivery_ids)  # handed to the workers once tx commits
+    return Invitation(invitation_id, user_id, token, delivery_ids)
 
 
 @dataclass(frozen=True)

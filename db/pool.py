@@ -1,4 +1,5 @@
-"""The process-wide connection pool, opened on first use from the settings."""
+"""The process-wide connection pool, configured at start-up from the settings and opened
+on first use."""
 
 from __future__ import annotations
 
@@ -18,6 +19,20 @@ T = TypeVar("T")
 CONNECT_TIMEOUT = 10  # seconds to wait for PostgreSQL to accept a connection
 _lock = threading.Lock()
 _pool: ConnectionPool | None = None
+_configured: tuple[str, int] | None = None  # (database_url, max_size) handed in at start-up
+
+
+def configure_pool(database_url: str, *, max_size: int = 10) -> None:
+    """Where the pool connects, from the settings read at process start. The pool opens on
+    first use; a different database closes the pool opened for the previous one."""
+    global _configured, _pool
+    with _lock:
+        if _configured == (database_url, max_size):
+            return
+        _configured = (database_url, max_size)
+        if _pool is not None:
+            _pool.close()
+            _pool = None
 
 
 def open_pool(database_url: str, *, max_size: int = 10, min_size: int = 1) -> ConnectionPool:
@@ -68,13 +83,15 @@ def get_pool() -> ConnectionPool:
     # Checked again under the lock: worker threads starting together all find no pool, and
     # a second open used to close the first under a thread already holding its connection
     # ("the pool 'tocsin' is already closed", a delivery stranded in sending).
+    if _configured is None:  # a process that never called tocsin.runtime.start
+        from tocsin import runtime
+
+        runtime.start(runtime.settings())
     with _lock:
         if _pool is not None:
             return _pool
-        from tocsin.config import load_settings
-
-        settings = load_settings()
-        return _open_locked(settings.database_url, max_size=settings.db_pool_max)
+        assert _configured is not None
+        return _open_locked(_configured[0], max_size=_configured[1])
 
 
 def close_pool() -> None:

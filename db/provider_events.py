@@ -15,6 +15,7 @@ import psycopg
 from db.digests import mark_digest_items_delivered
 from db.pool import connection
 from db.tenancy import TenantTx, tenant_tx
+from domain.delivery import provider_event_move
 
 
 @dataclass(frozen=True)
@@ -25,16 +26,6 @@ class ProviderEvent:
     occurred_at: datetime
     permanent_bounce: bool  # a bounce that will recur: suppress the address
     detail: str | None
-
-
-# The status an event moves a delivery to, and the statuses it may move it from.
-_MOVES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "send": ("accepted", ("sending", "unknown")),
-    "delivery": ("delivered", ("sending", "unknown", "accepted")),
-    "bounce": ("bounced", ("sending", "unknown", "accepted", "delivered")),
-    "complaint": ("complained", ("sending", "unknown", "accepted", "delivered")),
-    "reject": ("failed", ("sending", "unknown", "accepted")),
-}
 
 
 class Replayed(Exception):
@@ -69,7 +60,9 @@ def record_notification(
 def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
     """Record the event and move its delivery; the delivery's new status, or None when the
     delivery is unknown to this tenant."""
-    target, sources = _MOVES.get(event.event_type, (None, ()))
+    move = provider_event_move(event.event_type)  # the domain's table is the one source
+    target = None if move is None else move[0].value
+    sources = [] if move is None else sorted(s.value for s in move[1])
     row = tx.conn.execute(
         """
         WITH delivery AS (
@@ -109,7 +102,7 @@ def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
         SELECT d.status, d.digest_id FROM notification_deliveries d JOIN delivery x ON x.id = d.id
         """,
         {"id": event.delivery_id, "type": event.event_type, "message_id": event.provider_message_id,
-         "detail": event.detail, "at": event.occurred_at, "target": target, "sources": list(sources),
+         "detail": event.detail, "at": event.occurred_at, "target": target, "sources": sources,
          "permanent": event.permanent_bounce},
     ).fetchone()
     if row is None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -16,6 +17,8 @@ from domain.errors import Conflict, InvalidInput, NotFound
 from domain.identity import schema_for, valid_name, valid_slug, valid_zone
 
 Connection = psycopg.Connection[tuple[object, ...]]
+
+log = logging.getLogger("tocsin.tenancy")
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,47 @@ class TenantTx:
 
     conn: Connection
     tenant: Tenant
-    # Users given a visible inbox notification in this transaction, for the live push to
-    # name once it has committed (tocsin.inbox_events); never read before the commit.
+    # What must happen only once this transaction has committed, collected by the db/ use
+    # cases and run by tenant_tx after the commit (never before: a message or an
+    # announcement must not name a row that might still roll back):
+    # users given a visible inbox notification, for the live push to name;
     new_in_inbox: set[int] = field(default_factory=set, compare=False, hash=False)
+    # email deliveries to hand to the workers (already marked enqueued in this transaction).
+    emails_to_send: list[int] = field(default_factory=list, compare=False, hash=False)
+
+    @property
+    def has_after_commit_work(self) -> bool:
+        return bool(self.new_in_inbox or self.emails_to_send)
+
+
+CommitListener = Callable[[TenantTx], None]
+# Registered once per process at start-up (the worker's and the web's bootstrap): each is
+# called with every committed tenant transaction that collected after-commit work.
+_commit_listeners: list[CommitListener] = []
+
+
+def on_commit(listener: CommitListener) -> None:
+    """Run ``listener`` after each tenant transaction that collected work commits. A process
+    with no listener (the CLI's migrate, a test) leaves the work to the sweeper, which
+    finds the rows in Postgres: after-commit work is a wake-up, never the only record."""
+    if listener not in _commit_listeners:
+        _commit_listeners.append(listener)
+
+
+def remove_commit_listener(listener: CommitListener) -> None:
+    if listener in _commit_listeners:
+        _commit_listeners.remove(listener)
+
+
+def _run_after_commit(tx: TenantTx) -> None:
+    for listener in list(_commit_listeners):
+        try:
+            listener(tx)
+        except Exception:
+            # The transaction has committed and its rows are durable; a failed wake-up (Redis
+            # down) only delays them until the sweeper's next pass. Never fail the caller.
+            log.exception("after-commit work failed tenant=%s (the sweeper will catch up)",
+                          tx.tenant.slug)
 
 
 _TENANT_COLUMNS = "id, slug, name, schema_name, time_zone, status, unknown_outcome_policy"
@@ -118,7 +159,8 @@ def tenant_tx(slug: str) -> Iterator[TenantTx]:
 
     The schema comes from control.tenants, never from the caller, and search_path is set
     with set_config(..., true) — the SET LOCAL form — so it ends with the transaction and a
-    pooled connection never carries one tenant's schema into the next request.
+    pooled connection never carries one tenant's schema into the next request. The work
+    the transaction collected for after its commit runs once it has committed (on_commit).
     """
     valid_slug(slug)
     with connection() as conn, conn.transaction():
@@ -132,4 +174,8 @@ def tenant_tx(slug: str) -> Iterator[TenantTx]:
             ).fetchone()
         if row is None:
             raise NotFound(f"unknown tenant {slug!r}")
-        yield TenantTx(conn, _tenant(row))
+        tx = TenantTx(conn, _tenant(row))
+        yield tx
+    # Reached only when the block and the commit succeeded.
+    if tx.has_after_commit_work:
+        _run_after_commit(tx)

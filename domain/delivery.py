@@ -42,11 +42,13 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
         Status.ACCEPTED, Status.PENDING, Status.DEFERRED, Status.BATCHED, Status.FAILED,
         Status.UNKNOWN, Status.CANCELLED, Status.DELIVERED, Status.BOUNCED, Status.COMPLAINED,
     }),
-    Status.ACCEPTED: frozenset({Status.DELIVERED, Status.BOUNCED, Status.COMPLAINED}),
+    # SES may reject a message after accepting the request (a virus found): it will not be
+    # delivered, and a person must see it.
+    Status.ACCEPTED: frozenset({Status.DELIVERED, Status.BOUNCED, Status.COMPLAINED, Status.FAILED}),
     Status.DELIVERED: frozenset({Status.BOUNCED, Status.COMPLAINED}),  # late bounce, complaint
     Status.UNKNOWN: frozenset({
         Status.ACCEPTED, Status.PENDING, Status.DELIVERED, Status.BOUNCED, Status.COMPLAINED,
-        Status.CANCELLED,
+        Status.CANCELLED, Status.FAILED,
     }),
     Status.BOUNCED: frozenset(),
     Status.COMPLAINED: frozenset(),
@@ -55,13 +57,46 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 }
 
 
+# Due and waiting for a worker: the only statuses a worker claims, and the only ones a
+# delivery can be cancelled, deferred or batched from without a claim of its own.
+WAITING = frozenset({Status.PENDING, Status.DEFERRED})
+
+# Statuses in which the provider may hold our message, so a provider event may move them.
+PROVIDER_MAY_HOLD = frozenset({Status.SENDING, Status.UNKNOWN, Status.ACCEPTED, Status.DELIVERED})
+
+# What each provider event (SES through SNS) moves a delivery to.
+PROVIDER_EVENT_TARGETS: dict[str, Status] = {
+    "send": Status.ACCEPTED,
+    "delivery": Status.DELIVERED,
+    "bounce": Status.BOUNCED,
+    "complaint": Status.COMPLAINED,
+    "reject": Status.FAILED,
+}
+
+
 def can_move(current: Status, target: Status) -> bool:
     return target in TRANSITIONS[current]
 
 
-def sources_of(target: Status) -> frozenset[Status]:
-    """The statuses a move to ``target`` may start from (the guard of its UPDATE)."""
-    return frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
+def sources_of(target: Status, among: frozenset[Status] | None = None) -> frozenset[Status]:
+    """The statuses a move to ``target`` may start from (the guard of its UPDATE),
+    optionally only ``among`` those."""
+    found = frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
+    return found if among is None else found & among
+
+
+def guard(target: Status, among: frozenset[Status] | None = None) -> list[str]:
+    """``sources_of`` as the list of strings an SQL guard (``status = ANY(%s)``) takes."""
+    return sorted(s.value for s in sources_of(target, among))
+
+
+def provider_event_move(event_type: str) -> tuple[Status, frozenset[Status]] | None:
+    """(target, statuses it may move from) for a provider event, or None when the event
+    moves nothing (a delivery delay, an event type we do not know)."""
+    target = PROVIDER_EVENT_TARGETS.get(event_type)
+    if target is None:
+        return None
+    return target, sources_of(target, PROVIDER_MAY_HOLD)
 
 
 class ErrorClass(StrEnum):

@@ -39,6 +39,7 @@ from portal.routes import (
 from portal.sessions import SESSION_NAMESPACE, session_config
 from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
+from tocsin import runtime
 from tocsin.config import Settings, load_settings
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
@@ -59,7 +60,11 @@ CONTENT_SECURITY_POLICY = (
 def create_app(
     settings: Settings | None = None, portal_settings: PortalSettings | None = None
 ) -> Litestar:
-    settings = settings or load_settings()
+    # Read once for the process (uvicorn's factory mode passes nothing), then handed down:
+    # handlers read request.app.state.settings (portal.settings.app_settings).
+    settings = runtime.start(settings or load_settings())
+    # Renewals and invitations hand their emails to the workers once they commit.
+    runtime.start_messaging(settings)
     portal_settings = portal_settings or load_portal_settings(settings.portal_url)
     environment = build_environment(
         {"app_name": APP_NAME, "poll_seconds": portal_settings.inbox_poll_seconds,

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from tocsin.config import ConfigError, env_int
+from litestar import Request
+
+from tocsin.config import ConfigError, Settings, env_int
 
 INBOX_POLL_DEFAULT = 30  # seconds between two refreshes of the unread badge
 INBOX_POLL_MINIMUM = 5  # seconds; faster polling only loads the database
@@ -41,3 +44,10 @@ def load_portal_settings(portal_url: str, env: Mapping[str, str] | None = None) 
         live_push=_env_switch(env, "INBOX_LIVE_PUSH", True),
         inbox_stream_seconds=env_int(env, "INBOX_STREAM_SECONDS", INBOX_STREAM_DEFAULT),
     )
+
+
+def app_settings(request: Request[Any, Any, Any]) -> Settings:
+    """The process's settings, as the app factory was handed them (never read again here)."""
+    settings = request.app.state.settings
+    assert isinstance(settings, Settings)
+    return settings

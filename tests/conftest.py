@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,13 +44,30 @@ def _start_services() -> None:
     os.environ["TOCSIN_TEST_SERVICES_READY"] = "1"  # inherited by worker subprocesses
 
     from db.migrations import migrate_all
+    from tocsin import runtime
+    from tocsin.config import load_settings
 
     migrate_all()
     if "SES_ENDPOINT_URL" in _services.env:  # the local endpoint: sender and ops topic
         from actors.ops import prepare_local_aws
-        from tocsin.config import load_settings
 
-        prepare_local_aws(load_settings())
+        os.environ.setdefault("OPS_TOPIC_ARN", prepare_local_aws(load_settings()))
+    # The test process is one more process of the product: settings read once, the broker
+    # and the after-commit wake-ups installed, as the web and worker processes do.
+    runtime.start_messaging(runtime.start(load_settings()))
+
+
+@pytest.fixture(autouse=True)
+def process_settings() -> Iterator[None]:
+    """A test may point this process's settings elsewhere (runtime.start); the next test
+    starts from the session's settings again."""
+    from tocsin import runtime
+
+    before = runtime.settings()
+    yield
+    if runtime.settings() is not before:
+        runtime.start(before)
+        runtime.start_messaging(before)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -117,8 +117,17 @@ def _chosen_tenants(slug: str | None) -> list[str]:
     return [t.slug for t in list_tenants(active_only=True)]
 
 
+def _messaging() -> None:
+    """For a command that enqueues work: the broker and the after-commit wake-ups."""
+    from tocsin import runtime
+
+    runtime.start_messaging(runtime.settings())
+
+
 def cmd_scan(args: argparse.Namespace) -> None:
     from actors.scan import run_scan
+
+    _messaging()
 
     as_of = parse_instant(args.as_of) if args.as_of else datetime.now(UTC)
     slugs = _chosen_tenants(args.tenant)
@@ -157,6 +166,8 @@ def cmd_ledger(args: argparse.Namespace) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> None:
     from actors.sweep import run_sweep
+
+    _messaging()
 
     slugs = _chosen_tenants(args.tenant)
     _out(f"Sweeping {len(slugs)} tenant(s)")

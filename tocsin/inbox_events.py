@@ -13,12 +13,11 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 
 import redis
 
 from db.tenancy import TenantTx
-from tocsin.config import load_settings
+from tocsin.config import Settings
 
 log = logging.getLogger("tocsin.inbox_events")
 
@@ -68,17 +67,20 @@ class InboxAnnouncer:
             log.warning("live inbox push lost tenant=%s users=%d: %s", tenant, len(ids), error)
 
 
-@cache
-def _announcer() -> InboxAnnouncer:
-    """Built on first use from the settings (never at import time), then shared."""
-    settings = load_settings()
+_announcer: InboxAnnouncer | None = None
+
+
+def configure_announcer(settings: Settings) -> None:
+    """Built at process start from the settings (never at import time); connects on use."""
+    global _announcer
     client = redis.Redis.from_url(
         settings.redis_url, socket_timeout=PUBLISH_TIMEOUT, socket_connect_timeout=PUBLISH_TIMEOUT
     )
-    return InboxAnnouncer(client, settings.dramatiq_namespace)
+    _announcer = InboxAnnouncer(client, settings.dramatiq_namespace)
 
 
-def announce_new_notifications(tx: TenantTx) -> None:
-    """Call after ``tx`` has committed: name the users it gave new notifications."""
-    if tx.new_in_inbox:
-        _announcer().announce(tx.tenant.slug, tx.new_in_inbox)
+def announce_committed_notifications(tx: TenantTx) -> None:
+    """After ``tx`` has committed (a commit listener, see db/tenancy.py): name the users it
+    gave new notifications. Without a configured announcer the poll alone shows them."""
+    if tx.new_in_inbox and _announcer is not None:
+        _announcer.announce(tx.tenant.slug, tx.new_in_inbox)

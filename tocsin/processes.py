@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from tocsin import runtime
 from tocsin.config import load_settings
 from tocsin.services import start_embedded, wants_local_aws
 
@@ -21,9 +22,11 @@ WEB_GRACEFUL_SHUTDOWN = 5
 def run_web() -> None:
     import uvicorn
 
-    settings = load_settings()
+    from portal.app import create_app
+
+    settings = load_settings()  # once for the process: the app is built from these
     uvicorn.run(
-        "portal.app:create_app", factory=True, host=settings.web_host, port=settings.web_port,
+        create_app(settings), host=settings.web_host, port=settings.web_port,
         log_level="info", proxy_headers=True, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
     )
 
@@ -34,7 +37,9 @@ def run_worker(processes: int, threads: int) -> int:
     honcho signals a whole process group; if Dramatiq's worker processes received that
     signal directly as well as from their parent they would be killed mid-message.
     """
-    command = [sys.executable, "-m", "dramatiq", "actors",
+    from actors.worker import WORKER_BROKER
+
+    command = [sys.executable, "-m", "dramatiq", WORKER_BROKER,
                "--processes", str(processes), "--threads", str(threads)]
     child = subprocess.Popen(command, start_new_session=True)
     forwarded = False
@@ -65,10 +70,11 @@ def run_everything(seed: bool = True) -> None:
     print(f"Starting Tocsin (state in {home}) ...", flush=True)
     services = start_embedded(home, os.environ)
     try:
-        os.environ.update(services.env)
+        # The environment of every process started below; this process's own is not changed.
+        env = {**os.environ, **services.env}
         for line in services.started:
             print(f"  started {line}", flush=True)
-        settings = load_settings()
+        settings = runtime.start(load_settings(env))
         from db.migrations import migrate_all
         from tocsin.demo import seed_demo
 
@@ -77,7 +83,7 @@ def run_everything(seed: bool = True) -> None:
         if wants_local_aws(os.environ) or services.env.get("SES_ENDPOINT_URL"):
             from actors.ops import prepare_local_aws
 
-            prepare_local_aws(settings)
+            env.setdefault("OPS_TOPIC_ARN", prepare_local_aws(settings))
         demo_lines = list(seed_demo()) if seed else []
         honcho = shutil.which("honcho") or str(Path(sys.executable).parent / "honcho")
         print("", flush=True)
@@ -90,10 +96,10 @@ def run_everything(seed: bool = True) -> None:
         print("  Press Ctrl-C to stop everything.\n", flush=True)
         # The Procfile names `tocsin`: make sure this installation's is the one found.
         bin_dir = str(Path(sys.executable).parent)
-        env = {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
-               # honcho gives every process its own PORT; the worker's email and unsubscribe
-               # links must name the port the web process listens on, not the worker's own.
-               "PORTAL_URL": settings.portal_url}
+        env.update({"PATH": os.pathsep.join([bin_dir, env.get("PATH", "")]),
+                    # honcho gives every process its own PORT; the worker's email and
+                    # unsubscribe links must name the port the web process listens on.
+                    "PORTAL_URL": settings.portal_url})
         process = subprocess.Popen(
             # honcho hands PORT to each process from its base port; web is first in the
             # Procfile, so it gets the port the banner printed.

@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from db.pool import connection
+from domain.delivery import TRANSITIONS
 
 MIGRATION_LOCK = 7_160_001  # advisory lock key held while migrating
 
@@ -92,7 +93,24 @@ def ensure_control_schema(conn: psycopg.Connection[tuple[object, ...]]) -> list[
                 [migration.version],
             )
             applied.append(migration.version)
+    sync_delivery_moves(conn)
     return applied
+
+
+def sync_delivery_moves(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Write domain/delivery.py's transitions into control.delivery_moves, which the
+    tenant trigger checks every status change against. Only when they differ, so that a
+    steady state costs one read."""
+    wanted = {(a.value, b.value) for a, targets in TRANSITIONS.items() for b in targets}
+    rows = conn.execute("SELECT from_status, to_status FROM control.delivery_moves").fetchall()
+    if {(str(r[0]), str(r[1])) for r in rows} == wanted:
+        return
+    conn.execute("DELETE FROM control.delivery_moves")
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO control.delivery_moves (from_status, to_status) VALUES (%s, %s)",
+            sorted(wanted),
+        )
 
 
 def migrate_all() -> MigrationReport:

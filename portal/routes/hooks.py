@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
-from litestar import post
+from litestar import Request, post
 from litestar.params import RawBody
 from litestar.response import Response
 from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN
@@ -17,8 +18,8 @@ from db.provider_events import ProviderEvent, Replayed, record_notification
 from domain.errors import NotFound
 from domain.sns import Untrusted, parse_ses_event
 from portal.auth import PUBLIC
+from portal.settings import app_settings
 from portal.sns import confirm_subscription, verify_sns_message
-from tocsin.config import load_settings
 
 log = logging.getLogger("tocsin.hooks")
 
@@ -30,7 +31,7 @@ def _plain(text: str, status: int) -> Response[str]:
 
 
 @post("/hooks/ses", opt={PUBLIC: True}, sync_to_thread=True, status_code=HTTP_200_OK)
-def ses_events(body: RawBody) -> Response[str]:
+def ses_events(request: Request[Any, Any, Any], body: RawBody) -> Response[str]:
     if len(body) > MAX_BODY:
         return _plain("message too large", HTTP_400_BAD_REQUEST)
     try:
@@ -39,7 +40,7 @@ def ses_events(body: RawBody) -> Response[str]:
         return _plain("not an SNS message", HTTP_400_BAD_REQUEST)
     if not isinstance(message, dict):
         return _plain("not an SNS message", HTTP_400_BAD_REQUEST)
-    settings = load_settings()
+    settings = app_settings(request)
     try:
         verify_sns_message(message, settings.sns_trusted_url_pattern, datetime.now(UTC))
         if message["Type"] == "SubscriptionConfirmation":

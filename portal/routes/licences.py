@@ -15,13 +15,11 @@ from litestar.params import Body, FromPath, QueryParameter
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from actors.scan import enqueue_deliveries
 from db.clients import Client, get_client, list_clients, renew_licence
 from db.inbox import unread_count
 from db.tenancy import tenant_tx
 from domain.errors import NotFound
 from portal.auth import BEYOND_THE_WALL, CurrentViewer, Viewer, safe_next
-from tocsin.inbox_events import announce_new_notifications
 
 SOON = 30  # days before expiry from which the licence page speaks of renewing
 
@@ -85,16 +83,13 @@ class RenewalForm:
 
 def _renew(viewer: Viewer, client_id: int, expected: date) -> None:
     """One renewal, however many clicks: the guard in renew_licence lets one through; the
-    renewal notice's emails are enqueued after the commit."""
+    renewal notice's emails are sent once the transaction commits."""
     with tenant_tx(viewer.tenant.slug) as tx:
         client = get_client(tx, client_id)
-        renewal = renew_licence(
+        renew_licence(
             tx, client_id, _local_today(client, viewer), actor="user",
             actor_user_id=viewer.user.id, expected_expires_on=expected,
         )
-    announce_new_notifications(tx)
-    if renewal is not None:
-        enqueue_deliveries(viewer.tenant.slug, renewal.delivery_ids)
 
 
 @get("/renew", opt={BEYOND_THE_WALL: True}, sync_to_thread=False)

@@ -14,7 +14,6 @@ from litestar.params import Body, FromPath, QueryParameter
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_400_BAD_REQUEST
 
-from actors.scan import enqueue_deliveries
 from db.clients import list_clients
 from db.inbox import unread_count
 from db.members import (
@@ -32,8 +31,7 @@ from domain.identity import valid_role
 from domain.tokens import verify
 from portal.auth import PUBLIC, CurrentViewer, Viewer
 from portal.sessions import start_session
-from tocsin.config import Settings
-from tocsin.inbox_events import announce_new_notifications
+from portal.settings import app_settings
 
 INVITATION_DAYS = 7  # days an invitation link works
 FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright
@@ -51,11 +49,6 @@ def _admin(viewer: Viewer) -> Viewer:
         raise NotFound("only administrators manage members")
     return viewer
 
-
-def _settings(request: Request[Any, Any, Any]) -> Settings:
-    settings = request.app.state.settings
-    assert isinstance(settings, Settings)
-    return settings
 
 
 @get("/members", sync_to_thread=True)
@@ -92,16 +85,14 @@ def invite(request: Request[Any, Any, Any], viewer: CurrentViewer,
     if data.client_id and not data.client_id.isdigit():
         raise InvalidInput("choose a client organisation from the list")
     role = valid_role(data.role)
-    settings = _settings(request)
-    with tenant_tx(viewer.tenant.slug) as tx:
-        invitation = invite_member(
+    settings = app_settings(request)
+    with tenant_tx(viewer.tenant.slug) as tx:  # the email is sent once this commits
+        invite_member(
             tx, data.email, role, viewer.user.id, secret=settings.session_secret,
             expires_at=datetime.now(UTC) + timedelta(days=INVITATION_DAYS),
             client_id=int(data.client_id) if data.client_id else None,
             display_name=data.display_name,
         )
-    announce_new_notifications(tx)
-    enqueue_deliveries(viewer.tenant.slug, invitation.delivery_ids)
     return Redirect("/members?done=invited", status_code=HTTP_303_SEE_OTHER)
 
 
@@ -129,7 +120,7 @@ def deactivate_member(viewer: CurrentViewer, user_id: FromPath[int]) -> Redirect
 
 def _invitation(request: Request[Any, Any, Any], token: str) -> tuple[str, int]:
     """The tenant and invitation a link names; a tampered or expired link says so."""
-    claims = verify(_settings(request).session_secret, INVITE_PURPOSE, token, datetime.now(UTC))
+    claims = verify(app_settings(request).session_secret, INVITE_PURPOSE, token, datetime.now(UTC))
     tenant, invitation = claims.get("tenant"), claims.get("invitation")
     if not isinstance(tenant, str) or not isinstance(invitation, int):
         raise InvalidInput("This link is not valid.")

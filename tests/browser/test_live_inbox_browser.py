@@ -16,7 +16,6 @@ from db.users import User
 from tests.browser.test_portal_browser import DESKTOP, open_page, sign_in
 from tests.browser.test_portal_flows import CLIENT_EMAIL, POLL_WAIT_MS, seed
 from tests.support.portal_server import serve_portal
-from tocsin.inbox_events import announce_new_notifications
 
 pytestmark = pytest.mark.browser
 
@@ -32,11 +31,10 @@ def slow_poll_url(artifacts: Path) -> Iterator[str]:
 
 
 def notify(tenant: Tenant, user: User, title: str) -> None:
-    """A notice committed and announced, as every writer does."""
+    """A notice committed, and announced by its transaction once committed, as for every writer."""
     with tenant_tx(tenant.slug) as tx:
         add_to_inbox(tx, user.id, "report_ready", title, "Your report is ready.",
                      {"href": "/licence"}, idempotency_key=f"live:{title}")
-    announce_new_notifications(tx)
 
 
 def test_an_open_stream_puts_a_new_notice_on_top_without_a_reload_or_a_poll(

@@ -86,9 +86,9 @@ class SesOutbox:
         request = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")
         urllib.request.urlopen(request, timeout=10).close()
         from actors.ops import prepare_local_aws
-        from tocsin.config import load_settings
+        from tocsin import runtime
 
-        prepare_local_aws(load_settings())
+        prepare_local_aws(runtime.settings())
 
     def sent(self) -> list[SentEmail]:
         with urllib.request.urlopen(f"{self.endpoint}/moto-api/data.json", timeout=10) as r:
@@ -119,9 +119,9 @@ class RunningWorker:
     def __init__(self) -> None:
         import dramatiq
 
-        from actors.broker import broker
+        from actors.broker import current_broker
 
-        self.broker = broker
+        self.broker = broker = current_broker()
         broker.flush_all()
         self.worker = dramatiq.Worker(broker, worker_timeout=100, worker_threads=4)
         self.worker.start()
@@ -205,3 +205,13 @@ def ops_inbox(ses: SesOutbox) -> OpsInbox:
 
 # The portal's fixtures (people, portal) live in tests/integration/portal_support.py,
 # registered as a plugin by tests/conftest.py once the services are configured.
+
+
+def use_settings(**changes: Any) -> None:
+    """Point this process at changed settings for the rest of the test (the autouse
+    process_settings fixture restores the session's afterwards)."""
+    from dataclasses import replace
+
+    from tocsin import runtime
+
+    runtime.start(replace(runtime.settings(), **changes))

@@ -33,7 +33,7 @@ from actors.sweep import run_sweep, sweep
 from db.tenancy import Tenant, tenant_tx
 from domain.delivery import ErrorClass
 from tests.integration.builders import add_clients_in_bulk, run_concurrently
-from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox, wait_until
+from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox, use_settings, wait_until
 from tests.integration.test_deliver_email import FailingMailer
 from tests.support.faulty_ses import FaultySes
 from tocsin.config import load_settings
@@ -75,7 +75,7 @@ def _time_passes(tenant: Tenant) -> None:
 
 
 def _recover(tenant: Tenant, worker: RunningWorker, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RECONCILE_WINDOW_SECONDS", "0")
+    use_settings(reconcile_window_seconds=0)
     for _ in range(8):
         _time_passes(tenant)
         run_sweep(tenant.slug)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from actors.scan import enqueue_deliveries, run_scan, scan_tenant, tick
-from db.deliveries import deliveries_to_enqueue
+from actors.broker import current_broker
+from actors.dispatch import send_committed_emails
+from actors.email import deliver_email
+from actors.scan import run_scan, scan_tenant, tick
+from actors.sweep import run_sweep
+from db.deliveries import REENQUEUE_AFTER_SECONDS, schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.licences import claim_due_milestones
-from db.tenancy import Tenant, tenant_tx
+from db.tenancy import Tenant, on_commit, remove_commit_listener, tenant_tx
 from tests.integration.builders import (
     add_admin,
     add_client,
@@ -93,24 +97,36 @@ def test_eight_concurrent_scans_give_one_row_per_key_and_one_email_per_recipient
     assert len({(e.to, e.subject) for e in sent}) == deliveries
 
 
-def test_a_scan_that_dies_after_commit_before_enqueueing_is_healed_by_the_next_scan(
+def test_a_scan_that_dies_after_commit_before_enqueueing_is_healed_by_the_sweeper(
     tenant: Tenant, worker: RunningWorker, ses: SesOutbox
 ) -> None:
     add_admin(tenant)
     for offset in (1, 7, 14, 30):
         add_client(tenant, TODAY + timedelta(days=offset), users=2)
 
-    # The first scan's steps, up to its death: claims and deliveries commit...
-    with tenant_tx(tenant.slug) as tx:
-        claim_due_milestones(tx, AS_OF)
-        prepare_claims(tx)
-        pending = deliveries_to_enqueue(tx)
-    # ...and only some of its emails reach the queue before the process is gone.
-    enqueue_deliveries(tenant.slug, pending[: len(pending) // 3])
+    # The first scan's transaction commits its claims and deliveries, marked enqueued...
+    remove_commit_listener(send_committed_emails)  # ...and the process dies before the wake-up,
+    try:
+        with tenant_tx(tenant.slug) as tx:
+            claim_due_milestones(tx, AS_OF)
+            prepare_claims(tx)
+            pending = schedule_due_deliveries(tx)
+    finally:
+        on_commit(send_committed_emails)
+    for delivery_id in pending[: len(pending) // 3]:  # after only some of its emails left
+        deliver_email.send(tenant.slug, delivery_id)
     worker.drain()
     assert len(ses.sent()) == len(pending) // 3
 
-    run_scan(tenant.slug, AS_OF)  # the re-run
+    run_scan(tenant.slug, AS_OF)  # a re-run right away sends nothing twice
+    worker.drain()
+    assert len(ses.sent()) == len(pending) // 3
+
+    # Once the wake-up is overdue, the sweeper sends what is still waiting.
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE notification_deliveries SET enqueued_at = enqueued_at - "
+                        "make_interval(secs => %s)", [REENQUEUE_AFTER_SECONDS + 1])
+    assert run_sweep(tenant.slug).enqueued == len(pending) - len(pending) // 3
     worker.drain()
 
     sent = ses.sent()
@@ -119,6 +135,22 @@ def test_a_scan_that_dies_after_commit_before_enqueueing_is_healed_by_the_next_s
     assert len({e.message_id for e in sent}) == len(pending)
     assert delivery_statuses(tenant) == {"accepted": len(pending)}
     assert all(r["delivered_at"] is not None for r in ledger(tenant) if r["status"] == "claimed")
+
+
+def test_three_scans_at_the_same_moment_enqueue_each_email_once(tenant: Tenant) -> None:
+    add_admin(tenant)
+    for offset in (1, 7, 14, 30):
+        add_client(tenant, TODAY + timedelta(days=offset), users=2)
+    broker = current_broker()
+    broker.flush_all()  # no worker runs: every message sent stays in the email queue
+
+    assert scan_concurrently(tenant, AS_OF, 3) == []
+
+    deliveries = int(scalar(tenant, "SELECT count(*) FROM notification_deliveries"))
+    queued = broker.client.lrange(f"{broker.namespace}:email", 0, -1)
+    assert deliveries == 12
+    assert len(queued) == deliveries  # not three times as many
+    broker.flush_all()
 
 
 def test_a_scan_that_dies_inside_its_transaction_leaves_nothing_and_the_rerun_claims_all(

@@ -21,7 +21,7 @@ from db.licences import claim_due_milestones
 from db.tenancy import Tenant, set_unknown_outcome_policy, tenant_tx
 from portal.app import create_app
 from tests.integration.builders import add_client, ledger, scalar, scan_concurrently
-from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox
+from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox, use_settings
 from tests.support.faulty_ses import FaultySes
 from tests.support.sns_signer import SnsSigner, ses_event
 
@@ -116,7 +116,7 @@ def test_4a_lose_the_acceptance_response_and_an_ses_event_arrives(
         response = portal.post("/hooks/ses", content=json.dumps(event))
     assert response.status_code == 200, response.text
 
-    monkeypatch.setenv("RECONCILE_WINDOW_SECONDS", "0")
+    use_settings(reconcile_window_seconds=0)
     run_sweep(tenant.slug)
     worker.drain()
     assert _delivery(tenant, delivery_id)[:2] == ("accepted", 1)
@@ -130,7 +130,7 @@ def test_4b_lose_the_acceptance_response_and_no_event_comes(
 ) -> None:
     delivery_id = _drop_first_answer(faulty_ses, tenant)
     assert run_sweep(tenant.slug).reconciled.resent == 0  # inside the window: wait for an event
-    monkeypatch.setenv("RECONCILE_WINDOW_SECONDS", "0")
+    use_settings(reconcile_window_seconds=0)
     assert run_sweep(tenant.slug).reconciled.resent == 1
     worker.drain()
     assert _delivery(tenant, delivery_id)[:2] == ("accepted", 2)
@@ -145,7 +145,7 @@ def test_4c_lose_the_acceptance_response_under_a_hold_policy(
 ) -> None:
     set_unknown_outcome_policy(tenant.slug, "hold")
     delivery_id = _drop_first_answer(faulty_ses, tenant)
-    monkeypatch.setenv("RECONCILE_WINDOW_SECONDS", "0")
+    use_settings(reconcile_window_seconds=0)
     first, second = run_sweep(tenant.slug), run_sweep(tenant.slug)
     assert (first.reconciled.held, second.reconciled.held) == (1, 0)
     status, _, reason = _delivery(tenant, delivery_id)

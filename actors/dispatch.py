@@ -1,0 +1,16 @@
+"""The wake-up after commit: a committed tenant transaction's email deliveries are handed
+to the email workers. Registered by `tocsin.runtime.start_messaging`; the transaction
+(db/tenancy.py) runs it once it has committed, whoever opened it (scan, sweep, digests,
+a renewal or an invitation in the portal)."""
+
+from __future__ import annotations
+
+from actors.email import deliver_email
+from db.tenancy import TenantTx
+
+
+def send_committed_emails(tx: TenantTx) -> None:
+    """The rows were marked enqueued in the committed transaction; a send that fails here
+    (Redis down) leaves them for the sweeper, which re-sends stale ones."""
+    for delivery_id in tx.emails_to_send:
+        deliver_email.send(tx.tenant.slug, delivery_id)

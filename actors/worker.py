@@ -1,0 +1,19 @@
+"""The worker process's start-up, named by its command: `dramatiq actors.worker:boot`.
+
+Importing this module imports the `actors` package, which declares every actor (the worker
+runs only the actors its command imports); `boot` then reads the settings, once, and
+installs the broker those actors run on.
+"""
+
+from __future__ import annotations
+
+import actors  # noqa: F401  (declares every actor)
+from tocsin import runtime
+from tocsin.config import load_settings
+
+WORKER_BROKER = "actors.worker:boot"  # the broker argument of the worker command
+
+
+def boot() -> None:
+    settings = runtime.start(load_settings())
+    runtime.start_messaging(settings)
