@@ -30,6 +30,7 @@ from actors.rate_limit import SendRateLimiter, Slot, set_limiter
 from actors.scan import run_scan
 from actors.ses import SesMailer, set_mailer
 from actors.sweep import run_sweep, sweep
+from actors.worker import WORKER_BROKER
 from db.tenancy import Tenant, tenant_tx
 from domain.delivery import ErrorClass
 from tests.integration.builders import add_clients_in_bulk, run_concurrently
@@ -104,7 +105,7 @@ def _assert_each_sent_once_or_reconciled(tenant: Tenant, ses: SesOutbox, ids: li
 def _worker_process(endpoint: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SES_ENDPOINT_URL": endpoint}
     return subprocess.Popen(
-        [sys.executable, "-m", "dramatiq", "actors", "--processes", "1", "--threads", str(THREADS)],
+        [sys.executable, "-m", "dramatiq", WORKER_BROKER, "--processes", "1", "--threads", str(THREADS)],
         env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
