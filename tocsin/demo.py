@@ -1,16 +1,21 @@
 """The demo tenant: clients whose licences sit at different points of the cadence, so the
-first tick produces reminders, an expiry and a grace nudge. Idempotent."""
+first tick produces reminders, an expiry and a grace nudge; and one person in quiet hours
+that end a minute or two after the first start, so a deferred email is seen released by the
+sweeper. Idempotent."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, date, datetime, timedelta
+import math
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from db.clients import create_client
+from db.preferences import save_schedule
 from db.tenancy import create_tenant, list_tenants, tenant_tx
 from db.users import create_user
 from domain.identity import Plan, Role
+from domain.quiet_hours import DEFAULT_DIGEST_TIME, DEFAULT_WEEKLY_DAY, QuietHours
 
 DEMO_SLUG = "demo"
 DEMO_ZONE = "Europe/London"
@@ -26,6 +31,18 @@ DEMO_CLIENTS = (
     ("Summit Energy", 200, Plan.ENTERPRISE, None, "grid@summit.example"),
 )
 DEMO_STAFF = (("admin@demo.example", Role.ADMIN), ("member@demo.example", Role.MEMBER))
+QUIET_USER = "lab@kestrel.example"  # in quiet hours at the first start, for a short while
+QUIET_FOR = 60  # seconds at least between the seeding and the end of those quiet hours
+
+
+def _quiet_hours_ending_soon(now: datetime, zone: str) -> QuietHours:
+    """Quiet hours that began two hours ago and end on the first whole minute at least
+    QUIET_FOR seconds from now, local time: the day's reminder is deferred, then sent."""
+    local = now.astimezone(ZoneInfo(zone))
+    end = local + timedelta(seconds=QUIET_FOR)
+    end = end.replace(second=0, microsecond=0) + timedelta(minutes=math.ceil(end.second / 60))
+    start = local - timedelta(hours=2)
+    return QuietHours(time(start.hour, start.minute), time(end.hour, end.minute))
 
 
 def seed_demo(today: date | None = None) -> Iterator[str]:
@@ -33,14 +50,24 @@ def seed_demo(today: date | None = None) -> Iterator[str]:
         yield from _logins("Demo tenant already seeded; reusing it.")
         return
     create_tenant(DEMO_SLUG, "Demo Compliance Co", DEMO_ZONE)
-    today = today or datetime.now(UTC).astimezone(ZoneInfo(DEMO_ZONE)).date()
+    now = datetime.now(UTC)
+    today = today or now.astimezone(ZoneInfo(DEMO_ZONE)).date()
+    quiet: QuietHours | None = None
     with tenant_tx(DEMO_SLUG) as tx:
         for email, role in DEMO_STAFF:
             create_user(tx, email, role, DEMO_PASSWORD)
         for name, days, plan, zone, email in DEMO_CLIENTS:
             client = create_client(tx, name, today + timedelta(days=days), plan, zone, actor="demo")
-            create_user(tx, email, Role.CLIENT_USER, DEMO_PASSWORD, client_id=client.id)
+            user = create_user(tx, email, Role.CLIENT_USER, DEMO_PASSWORD, client_id=client.id)
+            if email == QUIET_USER:
+                user_zone = zone or DEMO_ZONE
+                quiet = _quiet_hours_ending_soon(now, user_zone)
+                save_schedule(tx, user.id, quiet=quiet, digest_time=DEFAULT_DIGEST_TIME,
+                              weekly_day=DEFAULT_WEEKLY_DAY, zone=user_zone)
     yield from _logins("Seeded the demo tenant.")
+    if quiet is not None:
+        yield (f"{QUIET_USER} is in quiet hours until {quiet.end:%H:%M} (her local time): her "
+               "reminder email waits, and the sweeper sends it once they end.")
 
 
 def _logins(first: str) -> Iterator[str]:
