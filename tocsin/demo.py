@@ -5,8 +5,8 @@ sweeper. Idempotent."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import math
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 

@@ -170,6 +170,8 @@ def test_stuck_claims_and_troubled_deliveries_need_attention(portal: PortalClien
             [people.other_client.id])
         stuck = stuck_claims(tx, timedelta(minutes=30))
         one_id = scalar(people.tenant, "SELECT min(id) FROM notification_deliveries")
+        # Through sending, as a worker would: PostgreSQL allows only the state machine's moves.
+        tx.conn.execute("UPDATE notification_deliveries SET status = 'sending'")
         tx.conn.execute("UPDATE notification_deliveries SET status = 'failed', attempts = 5, last_error "
                         "= 'MessageRejected: Email address is not verified' WHERE id = %s", [one_id])
         tx.conn.execute("UPDATE notification_deliveries SET status = 'unknown', attempts = 1, "
