@@ -19,7 +19,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import dramatiq
 import pytest

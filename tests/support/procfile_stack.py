@@ -11,6 +11,7 @@ environment, so `close()` finds and ends them all, orphans included, even after 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -98,10 +99,8 @@ def stopped(pid: int) -> bool:
 
 def _signal(pids: list[int], signum: signal.Signals) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
 
 @dataclass
@@ -132,10 +131,8 @@ class ProcfileProcess:
 
     def send(self, signum: signal.Signals) -> None:
         """A signal to the line's process group, as honcho (or a terminal) sends it."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signum)
-        except ProcessLookupError:
-            pass
 
     def kill_everything(self) -> None:
         """kill -9 of every process of this line (a worker's Dramatiq runs in a session of
