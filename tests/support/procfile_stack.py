@@ -57,6 +57,11 @@ def cmdline(pid: int) -> list[str]:
     return [part.decode() for part in _read(f"/proc/{pid}/cmdline").split(b"\0") if part]
 
 
+def environment(pid: int) -> dict[str, str]:
+    entries = (part.decode().partition("=") for part in _read(f"/proc/{pid}/environ").split(b"\0") if part)
+    return {name: value for name, _, value in entries}
+
+
 def _parent(pid: int) -> int | None:
     stat = _read(f"/proc/{pid}/stat").decode()
     if not stat:
@@ -95,6 +100,26 @@ def is_dramatiq(pid: int) -> bool:
 def stopped(pid: int) -> bool:
     stat = _read(f"/proc/{pid}/stat").decode()
     return bool(stat) and stat.rpartition(")")[2].split()[0] == "T"
+
+
+def connected_to(port: int, pids: list[int]) -> list[int]:
+    """Which of these processes hold an open TCP connection to a local port."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in _read(table).decode().splitlines()[1:]:
+            fields = row.split()
+            established = fields[3] == "01"
+            if established and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    holders = []
+    for pid in pids:
+        try:
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        except OSError:
+            continue
+        if links & inodes:
+            holders.append(pid)
+    return holders
 
 
 def _signal(pids: list[int], signum: signal.Signals) -> None:
@@ -194,6 +219,20 @@ class ProcfileStack:
 
     def output(self, name: str) -> str:
         return "\n".join(p.output() for p in self.started if p.name == name)
+
+    def sweeps_done(self, count: int) -> None:
+        """Wait until the clocks have enqueued ``count`` more sweeps and no sweep message is
+        left in Redis unprocessed: the running system has swept at least that many times."""
+        import redis
+
+        from tocsin.config import load_settings
+
+        client = redis.Redis.from_url(load_settings().redis_url)
+        queues = [f"{self.namespace}:sweep.msgs", f"{self.namespace}:sweep.DQ.msgs"]
+        enough = self.output("clock").count("sweep enqueued") + count
+        wait_until(lambda: self.output("clock").count("sweep enqueued") >= enough
+                   and not any(client.hlen(q) for q in queues), f"{count} more sweeps", WAIT_LIMIT * 2)
+        client.close()
 
     def close(self) -> None:
         """Stop every line (SIGCONT first: a stopped process cannot act on SIGTERM), then
