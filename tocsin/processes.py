@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -17,6 +21,13 @@ from tocsin.services import start_embedded, wants_local_aws
 # Seconds a stopping web process waits for open requests: open inbox event streams never
 # finish by themselves, and their browsers reconnect to the next process anyway.
 WEB_GRACEFUL_SHUTDOWN = 5
+# A worker that keeps dying at once (a bad deploy, Redis refusing) is not restarted forever:
+# this many unasked exits within the window end `tocsin worker` with an error.
+WORKER_CRASH_LIMIT = 5
+WORKER_CRASH_WINDOW = 60  # seconds
+WORKER_RESTART_BACKOFF = 1.0  # seconds, times the number of recent crashes
+
+log = logging.getLogger("tocsin.worker")
 
 
 def run_web() -> None:
@@ -32,27 +43,57 @@ def run_web() -> None:
 
 
 def run_worker(processes: int, threads: int) -> int:
-    """Run `dramatiq actors` in its own session and forward the first stop signal once.
+    """Run `dramatiq actors` in its own session, restart it when it dies unasked, and
+    forward the first stop signal once.
 
     honcho signals a whole process group; if Dramatiq's worker processes received that
     signal directly as well as from their parent they would be killed mid-message.
+    Dramatiq stops all its processes when one of them dies (a segfault, the OOM killer, a
+    kill -9); under honcho that would stop web and clock too, so this process restarts it,
+    as a process manager in production would, and gives up (non-zero) only when it keeps
+    crashing at once.
     """
     from actors.worker import WORKER_BROKER
 
     command = [sys.executable, "-m", "dramatiq", WORKER_BROKER,
                "--processes", str(processes), "--threads", str(threads)]
-    child = subprocess.Popen(command, start_new_session=True)
-    forwarded = False
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
+    stopping = False
+    child: subprocess.Popen[bytes] | None = None
 
     def forward(signum: int, frame: FrameType | None) -> None:
-        nonlocal forwarded
-        if not forwarded and child.poll() is None:
-            forwarded = True
-            child.send_signal(signal.SIGTERM)
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            if child is not None and child.poll() is None:
+                child.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    return child.wait()
+    crashes: deque[float] = deque()  # time.monotonic() of each recent unasked exit
+    while True:
+        child = subprocess.Popen(command, start_new_session=True)
+        if stopping:  # the signal came while the child was being started
+            child.send_signal(signal.SIGTERM)
+        code = child.wait()
+        if stopping:
+            return code
+        now = time.monotonic()
+        crashes.append(now)
+        while crashes and crashes[0] < now - WORKER_CRASH_WINDOW:
+            crashes.popleft()
+        if len(crashes) >= WORKER_CRASH_LIMIT:
+            log.error("dramatiq exited %d times within %ds (last code %d); giving up",
+                      len(crashes), WORKER_CRASH_WINDOW, code)
+            return code or 1
+        backoff = WORKER_RESTART_BACKOFF * len(crashes)
+        log.warning("dramatiq exited unexpectedly (code %d); restarting it in %.0fs", code, backoff)
+        deadline = now + backoff
+        while not stopping and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if stopping:
+            return 0
+        log.info("starting dramatiq again")
 
 
 def _procfile() -> Path:
@@ -60,6 +101,16 @@ def _procfile() -> Path:
         if candidate.exists():
             return candidate
     raise SystemExit("tocsin: error: no Procfile found; run `tocsin up` from the project folder")
+
+
+def procfile_environment(base: Mapping[str, str], portal_url: str) -> dict[str, str]:
+    """What every Procfile process is started with (tests/system starts them likewise)."""
+    # The Procfile names `tocsin`: make sure this installation's is the one found.
+    bin_dir = str(Path(sys.executable).parent)
+    return {**base, "PATH": os.pathsep.join([bin_dir, base.get("PATH", "")]),
+            # honcho gives every process its own PORT; the worker's email and unsubscribe
+            # links must name the port the web process listens on, not the worker's own.
+            "PORTAL_URL": portal_url}
 
 
 def run_everything(seed: bool = True) -> None:
@@ -94,12 +145,7 @@ def run_everything(seed: bool = True) -> None:
             print(f"  Sent email (local SES): {settings.ses_endpoint_url}/moto-api/data.json",
                   flush=True)
         print("  Press Ctrl-C to stop everything.\n", flush=True)
-        # The Procfile names `tocsin`: make sure this installation's is the one found.
-        bin_dir = str(Path(sys.executable).parent)
-        env.update({"PATH": os.pathsep.join([bin_dir, env.get("PATH", "")]),
-                    # honcho gives every process its own PORT; the worker's email and
-                    # unsubscribe links must name the port the web process listens on.
-                    "PORTAL_URL": settings.portal_url})
+        env = procfile_environment(env, settings.portal_url)
         process = subprocess.Popen(
             # honcho hands PORT to each process from its base port; web is first in the
             # Procfile, so it gets the port the banner printed.

@@ -53,3 +53,20 @@ def test_the_clocks_first_tick_is_scanned_and_sent_by_a_dramatiq_worker_process(
     assert f"scanned tenant={tenant.slug}" in worker_out  # operators see each scan's counts
     assert users[0].email not in worker_out  # but never an address
     assert [e.to for e in ses.sent()].count(users[0].email) == 1
+
+
+def test_a_worker_that_keeps_crashing_at_start_is_restarted_then_given_up_with_an_error() -> None:
+    # A setting the actors refuse at import: Dramatiq exits at once, every time.
+    env = {**os.environ, "DATABASE_URL": "mysql://nowhere/tocsin"}
+    process = subprocess.Popen([TOCSIN, "worker", "--processes", "1", "--threads", "1"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = process.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        raise AssertionError(f"kept restarting a worker that cannot start:\n{output.decode()}") from None
+    log = output.decode()
+    assert process.returncode != 0, log
+    assert log.count("restarting it in") == 4, log  # said each time, with its back-off
+    assert "exited 5 times within 60s" in log and "giving up" in log

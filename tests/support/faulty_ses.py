@@ -1,7 +1,8 @@
 """A fault-injecting HTTP endpoint in front of the local SES endpoint.
 
 Every request is forwarded to the real local endpoint, except that SendEmail requests go
-through a policy that can fail them (an HTTP 503 before forwarding: nothing sent) or drop
+through a policy that can fail them (an HTTP 503 before forwarding: nothing sent), reject
+them for good (SES's 400 MessageRejected, nothing sent), or drop
 the answer (forwarded, accepted by SES, then the connection closed without a response:
 the sender cannot know), or hold the answer (forwarded and accepted, the response kept back
 until ``release()``, so a test can kill or cut off the sender at a known point). Every
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
 
-Fate = Literal["pass", "fail", "drop", "hold"]
+Fate = Literal["pass", "fail", "reject", "drop", "hold"]
 SEND_PATH = "/v2/email/outbound-emails"
 
 
@@ -97,11 +98,14 @@ class FaultySes:
                     fate = outer._fate()
                     if outer.delay:
                         time.sleep(outer.delay)
-                if fate == "fail":
-                    payload = b'{"message":"injected: service unavailable"}'
-                    self.send_response(503)
+                if fate in ("fail", "reject"):
+                    status, error_type, payload = (
+                        (503, "ServiceUnavailable", b'{"message":"injected: service unavailable"}')
+                        if fate == "fail" else
+                        (400, "MessageRejected", b'{"message":"injected: Email address is not verified."}'))
+                    self.send_response(status)
                     self.send_header("Content-Type", "application/json")
-                    self.send_header("x-amzn-ErrorType", "ServiceUnavailable")
+                    self.send_header("x-amzn-ErrorType", error_type)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
