@@ -18,6 +18,7 @@ from dramatiq.middleware import (
     TimeLimit,
 )
 
+from actors.consumers import ConsumerHeartbeats
 from tocsin.config import load_settings
 
 _settings = load_settings()
@@ -41,6 +42,8 @@ broker = RedisBroker(  # type: ignore[no-untyped-call]
         # For unexpected errors only (a lost database connection): every actor is safe to
         # run again, and provider errors are recorded in Postgres, never raised.
         Retries(max_retries=3, min_backoff=1_000, max_backoff=60_000),  # milliseconds
+        # Which queues this worker consumes, for `tocsin status` and /healthz.
+        ConsumerHeartbeats(_settings.redis_url, _settings.dramatiq_namespace),
     ],
 )
 dramatiq.set_broker(broker)

@@ -13,8 +13,10 @@ from actors.email import deliver_email
 from db.deliveries import deliveries_to_enqueue, mark_enqueued
 from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
+from db.runs import mark_completed
 from db.tenancy import list_tenants, tenant_tx
 from domain.identity import parse_instant
+from domain.liveness import RunKind
 from tocsin.inbox_events import announce_new_notifications
 
 log = logging.getLogger("tocsin.scan")
@@ -40,6 +42,7 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
     # scan sends them. The open inbox pages of the people notified hear of it likewise.
     announce_new_notifications(tx)
     enqueue_deliveries(slug, to_send)
+    mark_completed(slug, RunKind.SCAN)  # for `tocsin status`: the scans run
     return ScanReport(slug, counts, prepared, len(to_send))
 
 
