@@ -234,7 +234,7 @@ def cmd_status(args: argparse.Namespace) -> None:
     if not status.tenants:
         _out("(no active tenant" + (f" named {slug!r})" if slug else ")"))
     else:
-        _out(f"{'TENANT':<20} {'LAST SCAN':<12} {'LAST SWEEP':<12} {'LAST DIGEST':<12}")
+        _out(f"{'TENANT':<20} {'LAST SCAN':<12} {'LAST SWEEP':<12} {'LAST DIGEST'}")
         for t in status.tenants:
             ages = [_ago(t.age(kind)) for kind in ("scan", "sweep", "digest")]
             flag = "  SWEEP OVERDUE" if t.sweep_overdue else ""
@@ -333,6 +333,12 @@ def build_parser() -> Parser:
     p.add_argument("--tenant", required=True)
     p.add_argument("--older-than", type=positive_count, default=30, metavar="MINUTES",
                    help="grace period in minutes (default 30)")
+
+    p = command("status", cmd_status,
+                "is the machinery running? queues (depth, oldest message, live consumers) and each "
+                f"tenant's last scan and sweep; exit {EXIT_DEGRADED} when a queue has no consumer "
+                "or a sweep is overdue")
+    p.add_argument("--tenant", help="judge one tenant's sweep (default: every active tenant)")
 
     p = command("up", cmd_up,
                 "run everything: embedded services, migrate, seed, web + worker + clock")
