@@ -220,7 +220,7 @@ def cmd_status(args: argparse.Namespace) -> None:
     settings = load_settings()
     slug = valid_slug(args.tenant) if args.tenant else None
     inspector = QueueInspector.for_redis(settings.redis_url, settings.dramatiq_namespace)
-    status = machinery_status(inspector, settings.sweep_interval_seconds, slug)
+    status = machinery_status(inspector, settings.sweep_interval_seconds, slug, discover_queues=True)
     _out(f"Queues (Redis namespace {settings.dramatiq_namespace!r}; OLDEST is the age of the next "
          "ready message)")
     _out(f"{'QUEUE':<16} {'READY':>7} {'DELAYED':>7}  {'OLDEST':<9} {'CONSUMERS':>9}")

@@ -59,6 +59,11 @@ class QueueDepths(Protocol):
 
     def depth(self, queue: str) -> QueueDepth: ...
 
+    def holding_messages(self) -> set[str]:
+        """Every queue holding messages, named or not (reads the whole keyspace: for the
+        command, not for a health check polled every few seconds)."""
+        ...
+
 
 class ConsumerRegistry:
     """Which queues live workers consume: one sorted set, member ``queue|worker``, scored
@@ -121,6 +126,16 @@ class RedisQueueDepths:
             age = _age_seconds(self._redis.hget(f"{ready_key}.msgs", head), time.time())
         return QueueDepth(int(ready), int(delayed), age)
 
+    def holding_messages(self) -> set[str]:
+        found = set()
+        prefix = f"{self._namespace}:"
+        for key in self._redis.scan_iter(match=f"{prefix}*.msgs", count=1000):
+            name = _text(key)[len(prefix):].removesuffix(".msgs")
+            if name.endswith(".XQ"):  # dead letters are kept for a person, never consumed
+                continue
+            found.add(name.removesuffix(".DQ"))
+        return found
+
 
 def _age_seconds(encoded: object, now: float) -> float | None:
     """The age of an encoded message (Dramatiq's default JSON encoding); None when it was
@@ -151,10 +166,13 @@ class QueueInspector:
         client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
         return cls(RedisQueueDepths(client, namespace), ConsumerRegistry(client, namespace))
 
-    def states(self, queues: Sequence[str] = PRODUCT_QUEUES) -> list[QueueState]:
+    def states(self, queues: Sequence[str] = PRODUCT_QUEUES, *, discover: bool = False) -> list[QueueState]:
+        """The named queues, those someone consumes and, with ``discover``, every other
+        queue holding messages (a stray queue nobody will ever drain)."""
         try:
             consumers = self._registry.live_consumers()
-            names = [*queues, *sorted(set(consumers) - set(queues))]
+            others = set(consumers) | (self._depths.holding_messages() if discover else set())
+            names = [*queues, *sorted(others - set(queues))]
             states = []
             for name in names:
                 d = self._depths.depth(name)

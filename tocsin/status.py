@@ -69,9 +69,10 @@ class MachineryStatus:
 
 
 def machinery_status(inspector: QueueInspector, sweep_interval_seconds: int,
-                     tenant: str | None = None) -> MachineryStatus:
-    """Raises QueuesUnavailable or DatabaseUnavailable when Redis or PostgreSQL is down."""
-    queues = inspector.states()
+                     tenant: str | None = None, *, discover_queues: bool = False) -> MachineryStatus:
+    """Raises QueuesUnavailable or DatabaseUnavailable when Redis or PostgreSQL is down.
+    ``discover_queues`` also judges queues no one names that hold messages (a keyspace scan)."""
+    queues = inspector.states(discover=discover_queues)
     tenants = [tenant_liveness(r, sweep_interval_seconds) for r in last_runs_of_active_tenants()
                if tenant is None or r.slug == tenant]
     return MachineryStatus(queues, tenants, sweep_overdue_after(sweep_interval_seconds))

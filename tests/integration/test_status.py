@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dramatiq import Message
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import q_name
 
 import actors  # noqa: F401  (declares every actor's queue, as the worker command does)
@@ -143,6 +145,23 @@ def test_the_oldest_age_is_the_age_of_the_next_message_and_delayed_ones_count_ap
     assert scan_row.split()[1:4] == ["2", "1", "10m"], scan_row
     assert queues()["email"].oldest_age_seconds is None  # nothing waits there
     assert code == EXIT_DEGRADED
+
+
+def test_status_finds_a_queue_no_actor_names_that_holds_messages_nobody_consumes(no_worker: None) -> None:
+    settings = load_settings()
+    elsewhere = RedisBroker(url=settings.redis_url, namespace=settings.dramatiq_namespace, middleware=[])
+    elsewhere.declare_queue("reports")
+    try:
+        elsewhere.enqueue(Message(queue_name="reports", actor_name="build_report", args=(), kwargs={},
+                                  options={}))
+        code, out = tocsin_status()
+    finally:
+        elsewhere.flush("reports")
+        elsewhere.close()
+
+    assert code == EXIT_DEGRADED, out
+    assert "queue 'reports' has no live consumer (1 ready, 0 delayed)" in out
+    assert "reports" not in {q.name for q in inspector().states()}  # /healthz does not scan for it
 
 
 def test_a_worker_that_stops_no_longer_counts_as_a_consumer() -> None:
