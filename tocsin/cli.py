@@ -213,12 +213,13 @@ def _ago(delta: timedelta | None) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> None:
+    from domain.liveness import OVERDUE_GRACE_SECONDS, OVERDUE_INTERVALS, RunKind
     from tocsin.config import load_settings
     from tocsin.queues import QueueInspector
     from tocsin.status import machinery_status
 
     settings = load_settings()
-    slug = valid_slug(args.tenant) if args.tenant else None
+    slug = _chosen_tenants(args.tenant)[0] if args.tenant else None  # an unknown one is bad input
     inspector = QueueInspector.for_redis(settings.redis_url, settings.dramatiq_namespace)
     status = machinery_status(inspector, settings.sweep_interval_seconds, slug, discover_queues=True)
     _out(f"Queues (Redis namespace {settings.dramatiq_namespace!r}; OLDEST is the age of the next "
@@ -229,16 +230,16 @@ def cmd_status(args: argparse.Namespace) -> None:
         _out(f"{q.name:<16} {q.ready:>7} {q.delayed:>7}  {_age(q.oldest_age_seconds):<9} "
              f"{q.consumers:>9}{flag}")
     _out()
-    _out(f"Tenants (a sweep is overdue after {_age(status.sweep_overdue_after)}: 3 sweep intervals "
-         f"of {settings.sweep_interval_seconds}s, plus 60s)")
+    _out(f"Tenants (a sweep is overdue after {_age(status.sweep_overdue_after)}: {OVERDUE_INTERVALS} "
+         f"sweep intervals of {settings.sweep_interval_seconds}s, plus {OVERDUE_GRACE_SECONDS}s)")
     if not status.tenants:
         _out("(no active tenant" + (f" named {slug!r})" if slug else ")"))
     else:
         _out(f"{'TENANT':<20} {'LAST SCAN':<12} {'LAST SWEEP':<12} {'LAST DIGEST'}")
         for t in status.tenants:
-            ages = [_ago(t.age(kind)) for kind in ("scan", "sweep", "digest")]
+            ages = [_ago(t.age(kind)) for kind in (RunKind.SCAN, RunKind.SWEEP, RunKind.DIGEST)]
             flag = "  SWEEP OVERDUE" if t.sweep_overdue else ""
-            _out(f"{t.slug:<20} {ages[0]:<12} {ages[1]:<12} {ages[2]:<12}{flag}")
+            _out(f"{t.slug:<20} {ages[0]:<12} {ages[1]:<12} {ages[2]:<12}{flag}".rstrip())
     _out()
     if status.ok:
         _out("ok: every queue has a live consumer and every tenant was swept recently")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from db.runs import TenantRuns, last_runs_of_active_tenants
-from domain.liveness import sweep_is_overdue, sweep_overdue_after
+from domain.liveness import RunKind, sweep_is_overdue, sweep_overdue_after
 from tocsin.queues import QueueInspector, QueueState
 
 
@@ -24,9 +24,10 @@ class TenantLiveness:
     def slug(self) -> str:
         return self.runs.slug
 
-    def age(self, kind: str) -> timedelta | None:
-        """Time since the last completed run of this kind (scan, sweep, digest)."""
-        at = getattr(self.runs, kind)
+    def age(self, kind: RunKind) -> timedelta | None:
+        """Time since the last completed run of this kind; None when none has completed."""
+        at = {RunKind.SCAN: self.runs.scan, RunKind.SWEEP: self.runs.sweep,
+              RunKind.DIGEST: self.runs.digest}[kind]
         return None if at is None else self.runs.as_of - at
 
 
@@ -57,7 +58,7 @@ class MachineryStatus:
         limit = int(self.sweep_overdue_after.total_seconds())
         for t in self.tenants:
             if t.sweep_overdue:
-                age = t.age("sweep")
+                age = t.age(RunKind.SWEEP)
                 since = "has never completed" if age is None else \
                     f"last completed {int(age.total_seconds())} s ago"
                 found.append(f"tenant {t.slug!r}: the sweep {since} (overdue after {limit} s)")

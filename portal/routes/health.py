@@ -23,6 +23,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
 from db.errors import DatabaseUnavailable
 from db.health import check_database
+from domain.liveness import RunKind
 from portal.auth import PUBLIC
 from tocsin.config import Settings
 from tocsin.queues import QueueInspector, QueuesUnavailable
@@ -41,7 +42,7 @@ def readyz() -> Response[str]:
 
 
 def _verdict(status: MachineryStatus) -> dict[str, Any]:
-    sweep_ages = [t.age("sweep") for t in status.tenants]
+    sweep_ages = [t.age(RunKind.SWEEP) for t in status.tenants]
     overdue = sum(t.sweep_overdue for t in status.tenants)
     known = [a.total_seconds() for a in sweep_ages if a is not None]
     return {

@@ -90,6 +90,12 @@ def test_status_exits_0_when_a_live_worker_consumes_every_queue_and_the_sweep_is
     assert "ok: every queue has a live consumer" in out
 
 
+def test_status_refuses_an_unknown_tenant_with_exit_2() -> None:
+    code, out = tocsin_status("--tenant", "no-such-tenant")
+
+    assert code == 2 and "tocsin: error: unknown tenant 'no-such-tenant'" in out, out
+
+
 def test_status_names_the_queue_no_worker_consumes_and_exits_3(tenant: Tenant, no_worker: None) -> None:
     tick.send()  # a scan tick nobody will run
 
