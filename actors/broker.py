@@ -43,7 +43,7 @@ broker = RedisBroker(  # type: ignore[no-untyped-call]
         # run again, and provider errors are recorded in Postgres, never raised.
         Retries(max_retries=3, min_backoff=1_000, max_backoff=60_000),  # milliseconds
         # Which queues this worker consumes, for `tocsin status` and /healthz.
-        ConsumerHeartbeats(_settings.redis_url, _settings.dramatiq_namespace),
+        ConsumerHeartbeats(),
     ],
 )
 dramatiq.set_broker(broker)

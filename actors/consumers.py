@@ -39,18 +39,22 @@ def consumed_queues(worker: dramatiq.Worker) -> set[str]:
 
 
 class ConsumerHeartbeats(dramatiq.Middleware):
-    def __init__(self, redis_url: str, namespace: str, beat_seconds: float = CONSUMER_BEAT_SECONDS):
-        self._redis_url = redis_url
-        self._namespace = namespace
+    def __init__(self, beat_seconds: float = CONSUMER_BEAT_SECONDS):
         self._beat_seconds = beat_seconds
         # One entry per running Worker: a process may start several (the tests do, in turn).
         self._beating: dict[int, _Beating] = {}
         self._lock = threading.Lock()
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        # The client is made here, in the worker process, never before a fork.
-        registry = ConsumerRegistry(redis.Redis.from_url(self._redis_url, socket_timeout=5),
-                                    self._namespace)
+        # The records go in the broker's own Redis, under its namespace, through its client
+        # (made in this worker process, never before a fork). Another broker kind would hand
+        # a Redis client here instead.
+        client, namespace = getattr(broker, "client", None), getattr(broker, "namespace", None)
+        if not isinstance(client, redis.Redis) or not isinstance(namespace, str):
+            log.warning("no consumer heartbeats: the broker %s keeps no Redis client",
+                        type(broker).__name__)
+            return
+        registry = ConsumerRegistry(client, namespace)
         worker_id = uuid.uuid4().hex
         stop = threading.Event()
         thread = threading.Thread(target=self._beat, args=(worker, worker_id, registry, stop),

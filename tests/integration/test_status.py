@@ -10,14 +10,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import dramatiq
 import pytest
 from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import q_name
 
 import actors  # noqa: F401  (declares every actor's queue, as the worker command does)
-from actors.broker import broker
 from actors.scan import tick
 from actors.sweep import run_sweep
 from db.pool import connection
@@ -30,6 +31,11 @@ from tocsin.queues import PRODUCT_QUEUES, QueueInspector, QueueState
 
 TOCSIN = str(Path(sys.executable).parent / "tocsin")
 AN_HOUR_AGO = "now() - interval '1 hour'"  # far past any overdue limit of the test settings
+
+
+def current_broker() -> Any:
+    """The broker this test process enqueues through (whichever way it was installed)."""
+    return dramatiq.get_broker()
 
 
 def tocsin_status(*args: str) -> tuple[int, str]:
@@ -63,14 +69,14 @@ def set_back(tenant: Tenant, sql: str) -> None:
 def no_worker() -> Iterator[None]:
     """No worker consumes anything (records of an earlier test's worker are gone), and what
     the test enqueues is flushed after it."""
-    broker.flush_all()
+    current_broker().flush_all()
     wait_until(no_queue_consumed, "records of earlier workers to expire")
     yield
-    broker.flush_all()
+    current_broker().flush_all()
 
 
 def test_the_product_queues_are_every_queue_the_actors_declare() -> None:
-    assert {q_name(q) for q in broker.get_declared_queues()} == set(PRODUCT_QUEUES)
+    assert {q_name(q) for q in current_broker().get_declared_queues()} == set(PRODUCT_QUEUES)
 
 
 def test_status_exits_0_when_a_live_worker_consumes_every_queue_and_the_sweep_is_fresh(
@@ -138,7 +144,7 @@ def test_the_oldest_age_is_the_age_of_the_next_message_and_delayed_ones_count_ap
     no_worker: None,
 ) -> None:
     ten_minutes_ago_ms = int((time.time() - 600) * 1000)
-    broker.enqueue(tick.message().copy(message_timestamp=ten_minutes_ago_ms))
+    current_broker().enqueue(tick.message().copy(message_timestamp=ten_minutes_ago_ms))
     tick.send()  # younger, behind it
     tick.send_with_options(delay=3_600_000)  # milliseconds: waits in scan.DQ
 
