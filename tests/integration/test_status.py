@@ -4,11 +4,13 @@ each tenant's last completed sweep (recorded in PostgreSQL)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,14 @@ import pytest
 from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import q_name
+from litestar.testing import TestClient
 
 import actors  # noqa: F401  (declares every actor's queue, as the worker command does)
 from actors.scan import tick
 from actors.sweep import run_sweep
 from db.pool import connection
 from db.tenancy import Tenant, list_tenants
+from portal.app import create_app
 from tests.integration.conftest import WAIT_LIMIT, RunningWorker, wait_until
 from tests.integration.portal_support import People, PortalClient, signed_in
 from tocsin.cli import EXIT_DEGRADED
@@ -30,6 +34,7 @@ from tocsin.config import load_settings
 from tocsin.queues import PRODUCT_QUEUES, QueueInspector, QueueState
 
 TOCSIN = str(Path(sys.executable).parent / "tocsin")
+NOWHERE = "redis://127.0.0.1:1/0"  # nothing listens there
 AN_HOUR_AGO = "now() - interval '1 hour'"  # far past any overdue limit of the test settings
 
 
@@ -100,6 +105,14 @@ def test_status_refuses_an_unknown_tenant_with_exit_2() -> None:
     code, out = tocsin_status("--tenant", "no-such-tenant")
 
     assert code == 2 and "tocsin: error: unknown tenant 'no-such-tenant'" in out, out
+
+
+def test_status_exits_1_when_redis_does_not_answer(tenant: Tenant) -> None:
+    done = subprocess.run([TOCSIN, "status"], capture_output=True, text=True, timeout=WAIT_LIMIT,
+                          env={**os.environ, "REDIS_URL": NOWHERE})
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("tocsin: error: Redis did not answer")
 
 
 def test_status_names_the_queue_no_worker_consumes_and_exits_3(tenant: Tenant, no_worker: None) -> None:
@@ -176,7 +189,7 @@ def test_status_finds_a_queue_no_actor_names_that_holds_messages_nobody_consumes
     assert "reports" not in {q.name for q in inspector().states()}  # /healthz does not scan for it
 
 
-def test_a_worker_that_stops_no_longer_counts_as_a_consumer() -> None:
+def test_a_worker_that_stops_no_longer_counts_as_a_consumer(no_worker: None) -> None:
     running = RunningWorker()
     try:
         wait_until(every_queue_consumed, "the worker's first heartbeat")
@@ -203,6 +216,15 @@ def test_a_tocsin_worker_process_is_seen_consuming_every_queue_until_it_stops(
     assert no_queue_consumed()
     code, out = tocsin_status("--tenant", tenant.slug)
     assert code == EXIT_DEGRADED and "queue 'email' has no live consumer" in out
+
+
+def test_healthz_says_degraded_with_503_when_redis_does_not_answer() -> None:
+    settings = replace(load_settings(), redis_url=NOWHERE)
+    with TestClient(app=create_app(settings)) as portal:
+        response = portal.get("/healthz")
+
+    assert response.status_code == 503
+    assert response.json() == {"status": "degraded", "problems": ["Redis did not answer"]}
 
 
 def sweep_every_active_tenant() -> None:
