@@ -29,6 +29,7 @@ from dramatiq.middleware import (
     TimeLimit,
 )
 
+from actors.consumers import ConsumerHeartbeats
 from tocsin.config import Settings
 
 
@@ -56,6 +57,8 @@ def _middleware() -> list[Middleware]:
         # For unexpected errors only (a lost database connection): every actor is safe to
         # run again, and provider errors are recorded in Postgres, never raised.
         Retries(max_retries=3, min_backoff=1_000, max_backoff=60_000),  # milliseconds
+        # Which queues this worker consumes, for `tocsin status` and /healthz.
+        ConsumerHeartbeats(),
     ]
 
 

@@ -10,8 +10,10 @@ import dramatiq
 
 from db.deliveries import schedule_deliveries
 from db.digests import BuiltDigest, build_due_digests
+from db.runs import mark_completed
 from db.tenancy import list_tenants, tenant_tx
 from domain.identity import parse_instant
+from domain.liveness import RunKind
 from tocsin.timekeeping import utcnow
 
 log = logging.getLogger("tocsin.digest")
@@ -25,6 +27,7 @@ def run_digests(slug: str, as_of: datetime) -> list[BuiltDigest]:
         built = build_due_digests(tx, as_of)
         # Sent once this commits, by the transaction: never naming a row that may roll back.
         schedule_deliveries(tx, [digest.delivery_id for digest in built])
+    mark_completed(slug, RunKind.DIGEST)  # for `tocsin status`: the digests are built
     return built
 
 

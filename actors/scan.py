@@ -12,8 +12,10 @@ import dramatiq
 from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
+from db.runs import mark_completed
 from db.tenancy import list_tenants, tenant_tx
 from domain.identity import parse_instant
+from domain.liveness import RunKind
 
 log = logging.getLogger("tocsin.scan")
 
@@ -37,6 +39,7 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
         counts = claim_due_milestones(tx, as_of)
         prepared = prepare_claims(tx, as_of)
         to_send = schedule_due_deliveries(tx)
+    mark_completed(slug, RunKind.SCAN)  # for `tocsin status`: the scans run
     return ScanReport(slug, counts, prepared, len(to_send))
 
 

@@ -25,8 +25,10 @@ from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.preferences import release_due_deferrals
 from db.recovery import LeaseReport, ReconcileReport, expire_leases, reconcile_unknown
+from db.runs import mark_completed
 from db.tenancy import list_tenants, tenant_tx
 from domain.delivery import UnknownPolicy
+from domain.liveness import RunKind
 from tocsin import runtime
 from tocsin.timekeeping import utcnow
 
@@ -59,6 +61,7 @@ def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
     with tenant_tx(slug) as tx:
         raised = raise_alerts(tx, timedelta(seconds=settings.stuck_grace_seconds))
     published = publish_alerts(slug)
+    mark_completed(slug, RunKind.SWEEP)  # for `tocsin status` and Needs attention: deliveries are processed
     return SweepReport(slug, leases, reconciled, repaired, len(to_send), raised, published)
 
 

@@ -50,7 +50,7 @@ SLUG = "bench-portal"
 PASSWORD = "bench portal password"
 GOAL_BADGE_SHARE = 0.30  # badge requests/s as a share of the static ceiling
 GOAL_BADGE_P99_MS = 50.0  # milliseconds
-START_LIMIT = 60.0  # seconds the server may take to answer /healthz
+START_LIMIT = 60.0  # seconds the server may take to answer /readyz
 
 
 def say(text: str = "") -> None:
@@ -149,13 +149,13 @@ def start_server(port: int, workers: int, log: Path) -> subprocess.Popen[bytes]:
         if server.poll() is not None:
             raise SystemExit(f"the portal exited at start-up; see {log}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
                 if r.status == 200:
                     return server
         except OSError:
             time.sleep(0.2)
     server.terminate()
-    raise SystemExit(f"the portal did not answer /healthz within {START_LIMIT:.0f} s; see {log}")
+    raise SystemExit(f"the portal did not answer /readyz within {START_LIMIT:.0f} s; see {log}")
 
 
 def sign_in(base: str, email: str) -> str:

@@ -41,6 +41,7 @@ from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
 from tocsin import runtime
 from tocsin.config import Settings, load_settings
+from tocsin.queues import QueueInspector
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 STATIC_MAX_AGE = 60 * 60  # seconds browsers may reuse a static file without asking
@@ -89,7 +90,7 @@ def create_app(
             members.members, members.invite, members.change_role, members.deactivate_member,
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
-            health.healthz, hooks.ses_events,
+            health.readyz, health.healthz, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
@@ -102,7 +103,9 @@ def create_app(
         stores={"sessions": sessions},
         state=State({"settings": settings, "portal_settings": portal_settings,
                      "inbox_listener": listener,
-                     "login_throttle": LoginThrottle.from_url(settings.redis_url)}),
+                     "login_throttle": LoginThrottle.from_url(settings.redis_url),
+                     "queue_inspector": QueueInspector.for_redis(settings.redis_url,
+                                                                 settings.dramatiq_namespace)}),
         on_shutdown=[listener.close],
         csrf_config=CSRFConfig(
             secret=settings.session_secret,
@@ -113,7 +116,7 @@ def create_app(
             # Read-only, and never needing a token: skipping them avoids a cookie per asset.
             # /hooks/ is called by AWS and authenticated by the SNS signature; /unsubscribe/
             # by its signed token (RFC 8058 one-click: a mail client posts, with no cookie).
-            exclude=["^/static/", "^/healthz$", "^/hooks/", "^/unsubscribe/"],
+            exclude=["^/static/", "^/(healthz|readyz)$", "^/hooks/", "^/unsubscribe/"],
         ),
         template_config=TemplateConfig(
             instance=JinjaTemplateEngine.from_environment(environment)

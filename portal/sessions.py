@@ -97,6 +97,6 @@ def session_config(*, secure: bool) -> RotatingSessionConfig:
         httponly=True,
         samesite="lax",
         store="sessions",
-        # Static files and the health check never need to know who is asking.
-        exclude=["^/static/", "^/healthz$"],
+        # Static files and the health checks never need to know who is asking.
+        exclude=["^/static/", "^/(healthz|readyz)$"],
     )

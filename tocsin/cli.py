@@ -1,12 +1,13 @@
 """The `tocsin` command. Errors map to exit codes here and only here: bad input prints one
-line on stderr and exits 2 having written nothing; an unreachable service exits 1."""
+line on stderr and exits 2 having written nothing; an unreachable service exits 1; `tocsin
+status` exits 3 when the machinery is degraded."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
 from domain.errors import TocsinError
@@ -23,6 +24,7 @@ from tocsin.config import ConfigError
 
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
+EXIT_DEGRADED = 3  # `tocsin status`: a queue has no live consumer or a tenant's sweep is overdue
 
 
 class Parser(argparse.ArgumentParser):
@@ -203,6 +205,62 @@ def cmd_stuck(args: argparse.Namespace) -> None:
              f"{s.claimed_at.astimezone(UTC):%Y-%m-%d %H:%M}  {s.waiting}/{s.deliveries}")
 
 
+def _age(delta: timedelta | float | None) -> str:
+    """A duration as an operator reads it: 42s, 4m 05s, 2h 03m, 3d 04h."""
+    if delta is None:
+        return "-"
+    seconds = int(delta.total_seconds() if isinstance(delta, timedelta) else delta)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
+
+
+def _ago(delta: timedelta | None) -> str:
+    return "never" if delta is None else f"{_age(delta)} ago"
+
+
+def cmd_status(args: argparse.Namespace) -> None:
+    from domain.liveness import OVERDUE_GRACE_SECONDS, OVERDUE_INTERVALS, RunKind
+    from tocsin import runtime
+    from tocsin.queues import QueueInspector
+    from tocsin.status import machinery_status
+
+    settings = runtime.settings()
+    slug = _chosen_tenants(args.tenant)[0] if args.tenant else None  # an unknown one is bad input
+    inspector = QueueInspector.for_redis(settings.redis_url, settings.dramatiq_namespace)
+    status = machinery_status(inspector, settings.sweep_interval_seconds, slug, discover_queues=True)
+    _out(f"Queues (Redis namespace {settings.dramatiq_namespace!r}; OLDEST is the age of the next "
+         "ready message)")
+    _out(f"{'QUEUE':<16} {'READY':>7} {'DELAYED':>7}  {'OLDEST':<9} {'CONSUMERS':>9}")
+    for q in status.queues:
+        flag = "  NO CONSUMER" if q.unconsumed else ""
+        _out(f"{q.name:<16} {q.ready:>7} {q.delayed:>7}  {_age(q.oldest_age_seconds):<9} "
+             f"{q.consumers:>9}{flag}")
+    _out()
+    _out(f"Tenants (a sweep is overdue after {_age(status.sweep_overdue_after)}: {OVERDUE_INTERVALS} "
+         f"sweep intervals of {settings.sweep_interval_seconds}s, plus {OVERDUE_GRACE_SECONDS}s)")
+    if not status.tenants:
+        _out("(no active tenant" + (f" named {slug!r})" if slug else ")"))
+    else:
+        _out(f"{'TENANT':<20} {'LAST SCAN':<12} {'LAST SWEEP':<12} {'LAST DIGEST'}")
+        for t in status.tenants:
+            ages = [_ago(t.age(kind)) for kind in (RunKind.SCAN, RunKind.SWEEP, RunKind.DIGEST)]
+            flag = "  SWEEP OVERDUE" if t.sweep_overdue else ""
+            _out(f"{t.slug:<20} {ages[0]:<12} {ages[1]:<12} {ages[2]:<12}{flag}".rstrip())
+    _out()
+    if status.ok:
+        _out("ok: every queue has a live consumer and every tenant was swept recently")
+        return
+    _out(f"degraded ({len(status.problems)} problem(s)):")
+    for problem in status.problems:
+        _out(f"  - {problem}")
+    sys.exit(EXIT_DEGRADED)
+
+
 def cmd_up(args: argparse.Namespace) -> None:
     from tocsin.processes import run_everything
 
@@ -288,6 +346,12 @@ def build_parser() -> Parser:
     p.add_argument("--older-than", type=positive_count, default=30, metavar="MINUTES",
                    help="grace period in minutes (default 30)")
 
+    p = command("status", cmd_status,
+                "is the machinery running? queues (depth, oldest message, live consumers) and each "
+                f"tenant's last scan and sweep; exit {EXIT_DEGRADED} when a queue has no consumer "
+                "or a sweep is overdue")
+    p.add_argument("--tenant", help="judge one tenant's sweep (default: every active tenant)")
+
     p = command("up", cmd_up,
                 "run everything: embedded services, migrate, seed, web + worker + clock")
     p.add_argument("--no-demo", action="store_true",
@@ -303,10 +367,11 @@ def build_parser() -> Parser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from db.errors import DatabaseUnavailable
+    from tocsin.queues import QueuesUnavailable
 
     try:
         args.handler(args)
-    except DatabaseUnavailable as error:
+    except (DatabaseUnavailable, QueuesUnavailable) as error:
         print(f"tocsin: error: {error}", file=sys.stderr)
         sys.exit(EXIT_UNAVAILABLE)
     except (TocsinError, ConfigError) as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -113,6 +114,14 @@ def procfile_environment(base: Mapping[str, str], portal_url: str) -> dict[str, 
             "PORTAL_URL": portal_url}
 
 
+def status_command(started: dict[str, str]) -> str:
+    """`tocsin status` as another terminal runs it against these services: it needs the
+    URLs of the embedded ones, which only this process knows."""
+    named = [f"{name}={shlex.quote(started[name])}" for name in ("DATABASE_URL", "REDIS_URL")
+             if name in started]
+    return " ".join([*named, shlex.quote(str(Path(sys.executable).parent / "tocsin")), "status"])
+
+
 def run_everything(seed: bool = True) -> None:
     """`make run`: start what the environment does not name, migrate, seed the demo
     tenant, then run web, worker and clock under honcho until Ctrl-C."""
@@ -144,6 +153,7 @@ def run_everything(seed: bool = True) -> None:
         if settings.ses_endpoint_url:
             print(f"  Sent email (local SES): {settings.ses_endpoint_url}/moto-api/data.json",
                   flush=True)
+        print(f"  Status:  {status_command(services.env)}", flush=True)
         print("  Press Ctrl-C to stop everything.\n", flush=True)
         env = procfile_environment(env, settings.portal_url)
         process = subprocess.Popen(

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import get
+from litestar import Request, get
 from litestar.di import NamedDependency, Provide
 from litestar.params import QueryParameter
 from litestar.response import Stream, Template
@@ -26,10 +26,13 @@ from db.evidence import (
     troubled_deliveries,
 )
 from db.inbox import unread_count
+from db.runs import last_runs
 from db.tenancy import tenant_tx
 from domain.errors import InvalidInput, NotFound
 from domain.identity import parse_date
 from portal.auth import CurrentViewer, Viewer
+from tocsin.config import Settings
+from tocsin.status import tenant_liveness
 
 CSV_LINES_PER_CHUNK = 500  # lines per chunk written to the socket
 STATUS_LABELS = {
@@ -129,14 +132,16 @@ def ledger_csv(viewer: CurrentViewer, filters: NamedDependency[LedgerFilter]) ->
 
 
 @get("/ledger/attention", sync_to_thread=True)
-def needs_attention(viewer: CurrentViewer) -> Template:
+def needs_attention(viewer: CurrentViewer, request: Request[Any, Any, Any]) -> Template:
     _admin(viewer)
+    settings: Settings = request.app.state.settings
     with tenant_tx(viewer.tenant.slug) as tx:
         stuck = stuck_claims(tx)
         troubled = troubled_deliveries(tx)
         unread = unread_count(tx, viewer.user.id)
+        liveness = tenant_liveness(last_runs(tx), settings.sweep_interval_seconds)
     return Template(
         "attention.html",
         context={"viewer": viewer, "unread": unread, "section": "evidence", "stuck": stuck,
-                 "troubled": troubled},
+                 "troubled": troubled, "liveness": liveness},
     )

@@ -329,8 +329,8 @@ def test_unknown_pages_get_a_friendly_404(portal: PortalClient) -> None:
     assert "We couldn&#39;t find that page" in page.text
 
 
-def test_healthz_answers_ok_without_a_session(portal: PortalClient) -> None:
-    response = portal.get("/healthz")
+def test_readyz_answers_ok_without_a_session(portal: PortalClient) -> None:
+    response = portal.get("/readyz")
 
     assert response.status_code == 200 and response.text == "ok"
     assert "set-cookie" not in response.headers

@@ -73,7 +73,7 @@ def test_every_protected_route_answers_with_the_wall(portal: PortalClient, peopl
     # Beyond the wall: the wall itself, static files, the health check, signing out.
     assert portal.get("/renew").status_code == 200
     assert portal.get("/static/tocsin.css").status_code == 200
-    assert portal.get("/healthz").status_code == 200
+    assert portal.get("/readyz").status_code == 200
     assert portal.post("/logout", data={"_csrf_token": token},
                        follow_redirects=False).status_code == 303
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,14 +24,15 @@ from tocsin.services import free_port
 ROOT = Path(__file__).resolve().parents[2]
 TOCSIN = str(Path(sys.executable).parent / "tocsin")
 UP_LIMIT = 120.0  # seconds for a fresh stack (initdb included) to come up
+# The test run's own services: `tocsin up` must start its own instead.
+TEST_SERVICES = ("DATABASE_URL", "REDIS_URL", "SES_ENDPOINT_URL", "DRAMATIQ_NAMESPACE",
+                 "TOCSIN_TEST_SERVICES_READY")
 
 
 class Up:
     def __init__(self, home: Path, port: int):
         self.home = home
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("DATABASE_URL", "REDIS_URL", "SES_ENDPOINT_URL", "DRAMATIQ_NAMESPACE",
-                            "TOCSIN_TEST_SERVICES_READY")}
+        env = {k: v for k, v in os.environ.items() if k not in TEST_SERVICES}
         env |= {"TOCSIN_HOME": str(home), "PORT": str(port), "PYTHONUNBUFFERED": "1"}
         self.log = (home / "up.log").open("w+")
         # Its own session, so that a Ctrl-C can be sent to the whole group, as a terminal does.
@@ -94,6 +96,20 @@ def test_make_run_serves_the_login_page_sends_the_demo_reminders_and_stops_on_ct
                "Northwind's reminder", UP_LIMIT)
     sent = "\n".join(subjects())
     assert "Northwind Analytics: one week until access pauses" in sent
+
+    # The status line of the banner, run from another terminal: every queue consumed, the
+    # demo tenant swept (the clock sweeps once at start).
+    status = re.search(r"Status:\s+(.+)", banner)
+    assert status, banner
+    *assignments, command, verb = shlex.split(status.group(1))
+    env = {k: v for k, v in os.environ.items() if k not in TEST_SERVICES}
+    env |= dict(a.split("=", 1) for a in assignments)
+
+    def status_ok() -> bool:
+        done = subprocess.run([command, verb], env=env, capture_output=True, text=True, timeout=60)
+        return done.returncode == 0 and "\ndemo " in done.stdout
+
+    wait_until(status_ok, "tocsin status to say ok", UP_LIMIT)
 
     up.ctrl_c()
     assert "Stopped." in up.output()

@@ -28,7 +28,7 @@ def _free_port() -> int:
 
 def _healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
