@@ -22,9 +22,11 @@ def run_web() -> None:
     import uvicorn
 
     settings = load_settings()
+    # uvicorn's own proxy headers off: it would believe X-Forwarded-For from 127.0.0.1 by
+    # default; the portal reads the header only from TRUSTED_PROXIES (portal.client_address).
     uvicorn.run(
         "portal.app:create_app", factory=True, host=settings.web_host, port=settings.web_port,
-        log_level="info", proxy_headers=True, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
+        log_level="info", proxy_headers=False, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
     )
 
 
