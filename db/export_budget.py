@@ -27,6 +27,10 @@ from domain.errors import Busy
 
 CONNECT_TIMEOUT = 10  # seconds to wait for an export connection (one is free for every slot)
 RETRY_AFTER = 60  # seconds worth waiting before trying an export refused for its budget
+# seconds beyond the download's own limit before the server ends an idle export
+# transaction itself: the web process's limit fires first; this is the backstop.
+IDLE_MARGIN_SECONDS = 30
+APPLICATION_NAME = "tocsin-export"  # how export connections show in pg_stat_activity
 
 
 class ExportSlot:
@@ -65,7 +69,7 @@ class ExportBudget:
         self._per_tenant = per_tenant
         self._options = (
             f"-c statement_timeout={statement_seconds * 1000} "
-            f"-c idle_in_transaction_session_timeout={idle_seconds * 1000}"
+            f"-c idle_in_transaction_session_timeout={(idle_seconds + IDLE_MARGIN_SECONDS) * 1000}"
         )
         # Re-entrant: a slot dropped unused gives itself back from __del__, which the garbage
         # collector may run while this very thread holds the lock.
@@ -108,7 +112,8 @@ class ExportBudget:
                 # Opened on the first export, not at start-up: most processes never export.
                 pool = ConnectionPool(
                     self._database_url, min_size=0, max_size=self._connections,
-                    kwargs={"autocommit": True, "options": self._options},
+                    kwargs={"autocommit": True, "options": self._options,
+                            "application_name": APPLICATION_NAME},
                     # A connection the server ended (an idle export) is replaced, not reused.
                     check=ConnectionPool.check_connection, open=False, name="tocsin-exports",
                 )

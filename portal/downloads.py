@@ -49,4 +49,9 @@ async def in_threads(chunks: Iterator[T]) -> AsyncIterator[T]:
         close = getattr(chunks, "close", None)
         if close is not None:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(close)
+                try:
+                    await anyio.to_thread.run_sync(close)
+                except Exception:
+                    # The download is over either way (a connection the server already
+                    # ended cannot roll back): note it, do not turn it into a second error.
+                    log.exception("closing an abandoned download failed")
