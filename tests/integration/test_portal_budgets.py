@@ -20,9 +20,9 @@ import pytest
 from db.export_budget import APPLICATION_NAME
 from db.pool import connection
 from db.tenancy import Tenant, tenant_tx
-from tests.integration.builders import add_admin, add_client
+from tests.integration.builders import PASSWORD, add_admin, add_client
 from tests.integration.conftest import WAIT_LIMIT, wait_until
-from tests.integration.portal_support import PASSWORD, forget_sign_in_failures, local_today
+from tests.integration.portal_support import forget_sign_in_failures, local_today
 from tests.support.portal_server import ROOT, serve_portal
 
 LOGS = ROOT / "test-artifacts"

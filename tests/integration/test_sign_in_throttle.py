@@ -16,9 +16,9 @@ import redis
 
 from db.tenancy import Tenant
 from portal.ratelimit import ACCOUNT_FAILURES, ADDRESS_FAILURES, account_key, address_key
-from tests.integration.builders import add_admin
+from tests.integration.builders import PASSWORD, add_admin
 from tests.integration.conftest import WAIT_LIMIT
-from tests.integration.portal_support import PASSWORD, forget_sign_in_failures
+from tests.integration.portal_support import forget_sign_in_failures
 from tests.support.portal_server import ROOT, serve_portal
 from tocsin.config import load_settings
 
