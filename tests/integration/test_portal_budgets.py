@@ -156,20 +156,22 @@ def test_slow_exports_and_many_streams_leave_other_tenants_signing_in_and_readin
         assert b"already running" in second_of_first.read_to_the_end()
         wait_until(lambda: exports_waiting_on_readers(2), "both exports to wait on their readers")
         third = admins[2].get("/ledger.csv")  # every export connection is in use
-        assert third.status_code == 503 and "too many ledger exports" in third.text
+        assert third.status_code == 503 and "Too many ledger exports" in third.text
         assert int(third.headers["Retry-After"]) > 0
 
         # Streams: two for one reader (its cap), then more until the process's cap.
-        streams = []
+        streams, opened = [], []
         for admin in admins:
             for _ in range(2):
                 stream = stack.enter_context(admin.stream("GET", "/inbox/stream"))
                 streams.append(stream.status_code)
                 if stream.status_code == 200:
-                    next(stream.iter_lines())  # open and watching
+                    lines = stream.iter_lines()
+                    assert next(lines) == ": watching"  # open, and counted
+                    opened.append(lines)
+        assert streams == [200, 200, 200, 200, 200, 503], streams  # the process holds five
         with admins[0].stream("GET", "/inbox/stream") as over_user_cap:
             assert over_user_cap.status_code == 429
-        assert streams == [200, 200, 200, 200, 200, 503]  # the process holds five
 
         # Meanwhile every other tenant signs in and reads its inbox as usual.
         for tenant, email in readers:
