@@ -172,6 +172,9 @@ def test_slow_exports_and_many_streams_leave_other_tenants_signing_in_and_readin
         assert streams == [200, 200, 200, 200, 200, 503], streams  # the process holds five
         with admins[0].stream("GET", "/inbox/stream") as over_user_cap:
             assert over_user_cap.status_code == 429
+            assert int(over_user_cap.headers["Retry-After"]) > 0
+        # The page whose stream was refused keeps its poll: what it asks still answers.
+        assert admins[0].get("/inbox/newer", headers={"HX-Request": "true"}).status_code == 200
 
         # Meanwhile every other tenant signs in and reads its inbox as usual.
         for tenant, email in readers:
