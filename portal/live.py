@@ -23,8 +23,6 @@ log = logging.getLogger("tocsin.live")
 
 READY_SECONDS = 5.0  # a stream waits this long for the subscription before answering 503
 RECONNECT_SECONDS = 2.0  # pause between two attempts to subscribe again after Redis failed
-
-
 STREAM_RETRY_SECONDS = 60  # Retry-After of a stream refused for being one too many
 
 
