@@ -179,3 +179,17 @@ def tenant_tx(slug: str) -> Iterator[TenantTx]:
     # Reached only when the block and the commit succeeded.
     if tx.has_after_commit_work:
         _run_after_commit(tx)
+
+
+@contextmanager
+def tenant_read_tx(conn: Connection, slug: str) -> Iterator[TenantTx]:
+    """A read-only transaction scoped to one tenant on a connection the caller holds (the
+    ledger export's own, outside the process pool). Nothing it runs can write, so it needs
+    none of the after-commit work of tenant_tx."""
+    valid_slug(slug)
+    with conn.transaction():
+        conn.execute("SET TRANSACTION READ ONLY")
+        tenant = _load_tenant(conn, slug)
+        # Transaction-local, as in tenant_tx: the connection goes back without the schema.
+        conn.execute("SELECT set_config('search_path', %s, true)", [f"{tenant.schema}, public"])
+        yield TenantTx(conn, tenant)

@@ -19,3 +19,13 @@ class NotFound(TocsinError):
 
 class Conflict(TocsinError):
     """The thing to create exists already."""
+
+
+class Busy(TocsinError):
+    """A budget is spent for now: the asker's own share (too many at once from them: 429)
+    or the process's, shared by everyone (503). Either way, try again after a while."""
+
+    def __init__(self, message: str, *, retry_after: int, own_share: bool) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after  # seconds worth waiting before trying again
+        self.own_share = own_share

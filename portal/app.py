@@ -20,10 +20,11 @@ from litestar.template.config import TemplateConfig
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 
+from db.export_budget import ExportBudget
 from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
 from portal.live import InboxListener
-from portal.ratelimit import LoginThrottle
+from portal.ratelimit import LoginThrottle, PasswordChecks
 from portal.routes import (
     evidence,
     health,
@@ -48,6 +49,9 @@ STATIC_MAX_AGE = 60 * 60  # seconds browsers may reuse a static file without ask
 REDIS_CONNECTIONS = 32  # per process, shared by every request reading its session
 REDIS_WAIT_SECONDS = 5  # a request waits this long for a Redis connection before failing
 APP_NAME = "Tocsin"
+# bytes a request body may hold: the portal's forms are a few hundred bytes; more is refused
+# with 413 before it is read (the SES hook, whose SNS envelopes are larger, has its own).
+REQUEST_MAX_BODY_BYTES = 64 * 1024
 
 # What the browser may do with our pages: our own scripts and styles only (htmx attributes
 # are not inline scripts), no framing, forms post only back to us.
@@ -79,7 +83,17 @@ def create_app(
     sessions = RedisStore(
         AsyncRedis(connection_pool=redis_pool), namespace=SESSION_NAMESPACE, handle_client_shutdown=True
     )
-    listener = InboxListener(settings.redis_url, settings.dramatiq_namespace)
+    listener = InboxListener(
+        settings.redis_url, settings.dramatiq_namespace,
+        per_user=portal_settings.inbox_streams_per_user,
+        per_process=portal_settings.inbox_streams_per_process,
+    )
+    exports = ExportBudget(
+        settings.database_url, connections=portal_settings.export_connections,
+        per_tenant=portal_settings.exports_per_tenant,
+        statement_seconds=portal_settings.export_statement_seconds,
+        idle_seconds=portal_settings.export_seconds,
+    )
     return Litestar(
         route_handlers=[
             login.login_page, login.login, login.logout,
@@ -102,11 +116,15 @@ def create_app(
         middleware=[session_config(secure=portal_settings.secure_cookies).middleware],
         stores={"sessions": sessions},
         state=State({"settings": settings, "portal_settings": portal_settings,
-                     "inbox_listener": listener,
+                     "inbox_listener": listener, "export_budget": exports,
                      "login_throttle": LoginThrottle.from_url(settings.redis_url),
                      "queue_inspector": QueueInspector.for_redis(settings.redis_url,
-                                                                 settings.dramatiq_namespace)}),
-        on_shutdown=[listener.close],
+                                                                 settings.dramatiq_namespace),
+                     "password_checks": PasswordChecks(
+                         portal_settings.password_checks_at_once,
+                         portal_settings.password_check_wait_seconds)}),
+        on_shutdown=[listener.close, exports.close],
+        request_max_body_size=REQUEST_MAX_BODY_BYTES,
         csrf_config=CSRFConfig(
             secret=settings.session_secret,
             cookie_name="tocsin_csrf",

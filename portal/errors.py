@@ -25,7 +25,7 @@ from litestar.status_codes import (
 from litestar.types import ExceptionHandlersMap
 
 from db.errors import DatabaseUnavailable, NotMigrated
-from domain.errors import Conflict, InvalidInput, NotFound
+from domain.errors import Busy, Conflict, InvalidInput, NotFound
 from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 
 log = logging.getLogger("tocsin.portal")
@@ -39,6 +39,7 @@ class ErrorPage:
     title: str
     message: str
     reference: str | None = None
+    retry_after: int | None = None  # seconds, sent as Retry-After
 
 
 NOT_FOUND = ErrorPage(
@@ -75,12 +76,23 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
         return ErrorPage(400, "That didn't work", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, Conflict):
         return ErrorPage(409, "That already exists", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+    if isinstance(exc, Busy):
+        return ErrorPage(
+            429 if exc.own_share else 503,
+            "Too many at once" if exc.own_share else "Tocsin is busy",
+            f"{str(exc)[:1].upper()}{str(exc)[1:]}.", retry_after=exc.retry_after,
+        )
     if isinstance(exc, PermissionDeniedException):
         return FORM_EXPIRED
     if isinstance(exc, HTTPException) and exc.status_code == 404:
         return NOT_FOUND
     if isinstance(exc, HTTPException) and exc.status_code == 405:
         return ErrorPage(405, "That action isn't available here", "Go back and try again.")
+    if isinstance(exc, HTTPException) and exc.status_code == 413:
+        return ErrorPage(
+            413, "That request is too large",
+            "What you sent is larger than any form of Tocsin takes. Go back and try again.",
+        )
     if isinstance(exc, HTTPException) and 400 <= exc.status_code < 500:
         return ErrorPage(exc.status_code, BAD_REQUEST.title, BAD_REQUEST.message)
     reference = _reference()
@@ -146,14 +158,15 @@ def handle_exception(request: AnyRequest, exc: Exception) -> Response[Any]:
     if isinstance(exc, AccessPaused):
         return _wall(request, exc)
     page = error_page_for(request, exc)
+    headers = {} if page.retry_after is None else {"Retry-After": str(page.retry_after)}
     if _is_htmx(request):
         # htmx swaps error responses (see the htmx-config meta tag) into the page's flash
         # region instead of the element that asked.
         return Template(
             "_flash.html", context={"page": page}, status_code=page.status,
-            headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"},
+            headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML", **headers},
         )
-    return Template("error.html", context={"page": page}, status_code=page.status)
+    return Template("error.html", context={"page": page}, status_code=page.status, headers=headers)
 
 
 exception_handlers: ExceptionHandlersMap = {Exception: handle_exception}

@@ -1,22 +1,66 @@
-"""Sign-in throttling in Redis: failed attempts are counted per account and per address in
-fixed windows, and a sign-in is refused (before any password is checked) while either count
-is at its limit.
+"""Sign-in throttling: password attempts are counted in Redis per account and per address in
+fixed windows, and counted *before* any password is checked, in one atomic step with the
+check (a Lua script): concurrent guesses cannot all pass a check made before any of them
+was counted. Password checks (argon2, 64 MiB each) also have a budget per process.
 
-Redis is for speed here, not correctness: a flushed Redis only forgets recent failures.
+Redis is for speed here, not correctness: a flushed Redis only forgets recent attempts.
 Account keys are hashed, so Redis never holds an email address.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis
 
-ACCOUNT_FAILURES = 5  # failed sign-ins per account per window before it is paused
-ADDRESS_FAILURES = 20  # failed sign-ins from one address per window (any accounts)
-WINDOW_SECONDS = 15 * 60  # seconds each count lives, from its first failure
+from domain.errors import Busy
+
+ACCOUNT_FAILURES = 5  # password attempts per account per window before it is paused
+ADDRESS_FAILURES = 20  # password attempts from one address per window (any accounts)
+WINDOW_SECONDS = 15 * 60  # seconds each count lives, from its first attempt
 PREFIX = "tocsin-login"
+
+# KEYS: the account's and the address's counters; ARGV: their limits, then the window in
+# seconds. An attempt is counted only when both counts are under their limits, and the
+# answer is the wait (seconds) when one is not, 0 when the attempt may go ahead. The window
+# starts with the first attempt (SET NX EX: EXPIRE ... NX needs Redis 7, the embedded one
+# is 6.2).
+_RESERVE = """
+local wait = 0
+for i, key in ipairs(KEYS) do
+  if tonumber(redis.call('GET', key) or '0') >= tonumber(ARGV[i]) then
+    local ttl = redis.call('TTL', key)
+    if ttl < 0 then
+      redis.call('EXPIRE', key, ARGV[3])
+      ttl = tonumber(ARGV[3])
+    end
+    wait = math.max(wait, ttl, 1)
+  end
+end
+if wait > 0 then
+  return wait
+end
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, 0, 'EX', ARGV[3], 'NX')
+  redis.call('INCR', key)
+end
+return 0
+"""
+
+# Give back one counted attempt per key (never below zero, never creating a key: a key
+# that expired meanwhile stays gone). DECR keeps the key's expiry.
+_REFUND = """
+for _, key in ipairs(KEYS) do
+  if tonumber(redis.call('GET', key) or '0') > 0 then
+    redis.call('DECR', key)
+  end
+end
+return 0
+"""
 
 
 @dataclass(frozen=True)
@@ -28,49 +72,62 @@ class Refusal:
         return max(1, -(-self.retry_after // 60))
 
 
-def _account_key(organisation: str, email: str) -> str:
+def account_key(organisation: str, email: str) -> str:
     who = f"{organisation.strip().lower()}\x00{email.strip().lower()}".encode()
     return f"{PREFIX}:account:{hashlib.sha256(who).hexdigest()}"
 
 
-def _address_key(address: str) -> str:
+def address_key(address: str) -> str:
     return f"{PREFIX}:address:{address}"
 
 
 class LoginThrottle:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
+        self._reserve = client.register_script(_RESERVE)
+        self._refund = client.register_script(_REFUND)
 
     @classmethod
     def from_url(cls, url: str) -> LoginThrottle:
         return cls(redis.Redis.from_url(url))
 
-    def refusal(self, organisation: str, email: str, address: str) -> Refusal | None:
-        """Why this sign-in may not even be tried now, or None."""
-        keys = (_account_key(organisation, email), _address_key(address))
-        pipe = self._redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.get(key)
-            pipe.ttl(key)
-        account, account_ttl, by_address, address_ttl = pipe.execute()
-        waits = [
-            int(ttl) for count, ttl, limit in (
-                (account, account_ttl, ACCOUNT_FAILURES), (by_address, address_ttl, ADDRESS_FAILURES)
+    def reserve(self, organisation: str, email: str, address: str) -> Refusal | None:
+        """Count this attempt against the account and the address, or say why it may not
+        even be tried now (then nothing is counted). Call before any password work."""
+        keys = [account_key(organisation, email), address_key(address)]
+        wait = int(self._reserve(keys=keys, args=[ACCOUNT_FAILURES, ADDRESS_FAILURES, WINDOW_SECONDS]))
+        return Refusal(wait) if wait > 0 else None
+
+    def refund(self, organisation: str, email: str, address: str) -> None:
+        """The attempt was counted but no password was checked (the process was too busy, or
+        the database failed): it does not count against anyone."""
+        self._refund(keys=[account_key(organisation, email), address_key(address)])
+
+    def record_success(self, organisation: str, email: str, address: str) -> None:
+        """A correct password clears the account's count and gives the address back this
+        attempt (not its others: one good sign-in must not reset a spray across accounts)."""
+        self._redis.delete(account_key(organisation, email))
+        self._refund(keys=[address_key(address)])
+
+
+class PasswordChecks:
+    """At most ``at_once`` password checks (argon2, 64 MiB and most of a core each) run at
+    once in this process; one more waits up to ``wait_seconds`` for a turn, then is told the
+    portal is busy. A burst of sign-ins, honest or not, cannot exhaust the web process's
+    memory or starve every other request of CPU."""
+
+    def __init__(self, at_once: int, wait_seconds: float) -> None:
+        self._turns = threading.BoundedSemaphore(at_once)
+        self._wait_seconds = wait_seconds
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        if not self._turns.acquire(timeout=self._wait_seconds):
+            raise Busy(
+                "signing in is busy right now; try again in a few seconds",
+                retry_after=max(1, round(self._wait_seconds)), own_share=False,
             )
-            if count is not None and int(count) >= limit
-        ]
-        return Refusal(max(max(waits), 1)) if waits else None
-
-    def record_failure(self, organisation: str, email: str, address: str) -> None:
-        pipe = self._redis.pipeline(transaction=True)
-        for key in (_account_key(organisation, email), _address_key(address)):
-            # The window starts at the first failure: SET NX creates the counter with its
-            # expiry (EXPIRE ... NX would need Redis 7; the embedded Redis is 6.2).
-            pipe.set(key, 0, ex=WINDOW_SECONDS, nx=True)
-            pipe.incr(key)
-        pipe.execute()
-
-    def record_success(self, organisation: str, email: str) -> None:
-        """A correct password clears the account's count (not the address's: one good login
-        must not reset a spray across many accounts)."""
-        self._redis.delete(_account_key(organisation, email))
+        try:
+            yield
+        finally:
+            self._turns.release()

@@ -9,11 +9,15 @@ from typing import Any
 
 from litestar import Request
 
-from tocsin.config import ConfigError, Settings, env_int
+from portal.client_address import IPNetwork, parse_trusted_proxies
+from tocsin.config import ConfigError, Settings, env_float, env_int
 
 INBOX_POLL_DEFAULT = 30  # seconds between two refreshes of the unread badge
 INBOX_POLL_MINIMUM = 5  # seconds; faster polling only loads the database
 INBOX_STREAM_DEFAULT = 10 * 60  # seconds an inbox event stream lives before the browser reconnects
+# seconds at most: a stream is checked against the session only when it opens, so its
+# lifetime bounds how long it outlives a sign-out.
+INBOX_STREAM_MAXIMUM = 60 * 60
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,15 @@ class PortalSettings:
     secure_cookies: bool  # cookies only over HTTPS (true when PORTAL_URL is https://)
     live_push: bool = True  # the open inbox hears of new notices at once (else it only polls)
     inbox_stream_seconds: int = INBOX_STREAM_DEFAULT  # seconds one event stream lives
+    inbox_streams_per_user: int = 5  # open event streams per user per process (tabs)
+    inbox_streams_per_process: int = 1000  # open event streams in one web process
+    export_connections: int = 2  # database connections kept for ledger exports, per process
+    exports_per_tenant: int = 1  # ledger exports one tenant may run at once, per process
+    export_seconds: int = 10 * 60  # seconds one ledger export may take from start to end
+    export_statement_seconds: int = 60  # seconds one database fetch of an export may take
+    password_checks_at_once: int = 4  # argon2 checks running at once per process (64 MiB each)
+    password_check_wait_seconds: float = 5.0  # seconds a sign-in waits for a turn, then 503
+    trusted_proxies: tuple[IPNetwork, ...] = ()  # peers whose X-Forwarded-For is believed
 
 
 def _env_switch(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -42,7 +55,19 @@ def load_portal_settings(portal_url: str, env: Mapping[str, str] | None = None) 
         inbox_poll_seconds=poll,
         secure_cookies=portal_url.startswith("https://"),
         live_push=_env_switch(env, "INBOX_LIVE_PUSH", True),
-        inbox_stream_seconds=env_int(env, "INBOX_STREAM_SECONDS", INBOX_STREAM_DEFAULT),
+        inbox_stream_seconds=_at_most(
+            env_int(env, "INBOX_STREAM_SECONDS", INBOX_STREAM_DEFAULT), INBOX_STREAM_MAXIMUM,
+            "INBOX_STREAM_SECONDS",
+        ),
+        inbox_streams_per_user=env_int(env, "INBOX_STREAMS_PER_USER", 5),
+        inbox_streams_per_process=env_int(env, "INBOX_STREAMS_PER_PROCESS", 1000),
+        export_connections=env_int(env, "EXPORT_CONNECTIONS", 2),
+        exports_per_tenant=env_int(env, "EXPORTS_PER_TENANT", 1),
+        export_seconds=env_int(env, "EXPORT_SECONDS", 10 * 60),
+        export_statement_seconds=env_int(env, "EXPORT_STATEMENT_SECONDS", 60),
+        password_checks_at_once=env_int(env, "PASSWORD_CHECKS_AT_ONCE", 4),
+        password_check_wait_seconds=env_float(env, "PASSWORD_CHECK_WAIT_SECONDS", 5.0),
+        trusted_proxies=parse_trusted_proxies(env.get("TRUSTED_PROXIES", "")),
     )
 
 
@@ -51,3 +76,9 @@ def app_settings(request: Request[Any, Any, Any]) -> Settings:
     settings = request.app.state.settings
     assert isinstance(settings, Settings)
     return settings
+
+
+def _at_most(value: int, maximum: int, name: str) -> int:
+    if value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {value}")
+    return value

@@ -37,9 +37,11 @@ def run_web() -> None:
     from portal.app import create_app
 
     settings = load_settings()  # once for the process: the app is built from these
+    # uvicorn's own proxy headers off: it would believe X-Forwarded-For from 127.0.0.1 by
+    # default; the portal reads the header only from TRUSTED_PROXIES (portal.client_address).
     uvicorn.run(
         create_app(settings), host=settings.web_host, port=settings.web_port,
-        log_level="info", proxy_headers=True, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
+        log_level="info", proxy_headers=False, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
     )
 
 

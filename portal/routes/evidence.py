@@ -25,12 +25,14 @@ from db.evidence import (
     stuck_claims,
     troubled_deliveries,
 )
+from db.export_budget import ExportBudget, ExportSlot
 from db.inbox import unread_count
 from db.runs import last_runs
 from db.tenancy import tenant_tx
 from domain.errors import InvalidInput, NotFound
 from domain.identity import parse_date
 from portal.auth import CurrentViewer, Viewer
+from portal.downloads import download_time_limit, in_threads
 from tocsin.config import Settings
 from tocsin.status import tenant_liveness
 
@@ -111,21 +113,30 @@ def ledger(
     )
 
 
-def _export(slug: str, filters: LedgerFilter) -> Iterator[str]:
-    """The CSV in chunks, read from the cursor as the socket takes them; the transaction
-    stays open for the stream's length and closes if the download is abandoned."""
-    with tenant_tx(slug) as tx:
-        lines = csv_lines(iter_ledger(tx, filters))
-        while chunk := "".join(islice(lines, CSV_LINES_PER_CHUNK)):
-            yield chunk
+def _export(slot: ExportSlot, filters: LedgerFilter) -> Iterator[str]:
+    """The CSV in chunks, read from the cursor as the socket takes them, on one of the
+    exports' own connections; the transaction stays open for the stream's length (within
+    the export budget's limits) and closes, giving back the slot, however it ends."""
+    try:
+        with slot.transaction() as tx:
+            lines = csv_lines(iter_ledger(tx, filters))
+            while chunk := "".join(islice(lines, CSV_LINES_PER_CHUNK)):
+                yield chunk
+    finally:
+        slot.release()
 
 
-@get("/ledger.csv", sync_to_thread=True, dependencies={"filters": Filters})
-def ledger_csv(viewer: CurrentViewer, filters: NamedDependency[LedgerFilter]) -> Stream:
+@get("/ledger.csv", sync_to_thread=False, dependencies={"filters": Filters},
+     middleware=[download_time_limit])
+def ledger_csv(
+    request: Request[Any, Any, Any], viewer: CurrentViewer, filters: NamedDependency[LedgerFilter]
+) -> Stream:
     _admin(viewer)
+    budget: ExportBudget = request.app.state["export_budget"]
+    slot = budget.reserve(viewer.tenant.slug)  # 429 or 503 when over budget, before any byte
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return Stream(
-        _export(viewer.tenant.slug, filters), media_type="text/csv; charset=utf-8",
+        in_threads(_export(slot, filters)), media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition":
                  f'attachment; filename="tocsin-ledger-{viewer.tenant.slug}-{stamp}.csv"'},
     )

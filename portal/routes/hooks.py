@@ -30,7 +30,8 @@ def _plain(text: str, status: int) -> Response[str]:
     return Response(text, status_code=status, media_type="text/plain")
 
 
-@post("/hooks/ses", opt={PUBLIC: True}, sync_to_thread=True, status_code=HTTP_200_OK)
+@post("/hooks/ses", opt={PUBLIC: True}, sync_to_thread=True, status_code=HTTP_200_OK,
+      request_max_body_size=MAX_BODY)  # beyond it: 413 before the body is read
 def ses_events(request: Request[Any, Any, Any], body: RawBody) -> Response[str]:
     if len(body) > MAX_BODY:
         return _plain("message too large", HTTP_400_BAD_REQUEST)

@@ -18,7 +18,7 @@ from litestar.exceptions import NotFoundException, ServiceUnavailableException
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from portal.auth import CurrentViewer
-from portal.live import InboxListener, ListenerUnavailable
+from portal.live import InboxListener, ListenerUnavailable, Watch
 from portal.settings import PortalSettings
 
 EVENT = "inbox"  # the page listens with hx-trigger="sse:inbox"
@@ -26,13 +26,12 @@ HEARTBEAT_SECONDS = 15.0  # a comment this often keeps proxies from closing an i
 RETRY_MILLISECONDS = 3_000  # how long the browser waits before reconnecting an ended stream
 
 
-async def inbox_events(
-    listener: InboxListener, tenant: str, user_id: int, lifetime: float
-) -> AsyncIterator[ServerSentEventMessage]:
+async def inbox_events(watch: Watch, lifetime: float) -> AsyncIterator[ServerSentEventMessage]:
     """`inbox` at once (anything committed between the page's render and this subscription
     is fetched), then once per message naming this reader; heartbeats between; the stream
     ends after ``lifetime`` seconds and the browser opens a new one."""
-    with listener.watch(tenant, user_id) as arrived:
+    arrived = watch.event
+    try:
         yield ServerSentEventMessage(data=None, comment="watching", retry=RETRY_MILLISECONDS)
         arrived.set()
         loop = asyncio.get_running_loop()
@@ -45,6 +44,8 @@ async def inbox_events(
                 continue
             arrived.clear()
             yield ServerSentEventMessage(event=EVENT, data="new")
+    finally:
+        watch.close()
 
 
 @get("/inbox/stream")
@@ -58,6 +59,7 @@ async def inbox_stream(request: Request[Any, Any, Any], viewer: CurrentViewer) -
     except ListenerUnavailable as error:
         # The page's EventSource retries with a growing pause; its poll carries on meanwhile.
         raise ServiceUnavailableException(str(error)) from None
-    return ServerSentEvent(
-        inbox_events(listener, viewer.tenant.slug, viewer.user.id, settings.inbox_stream_seconds)
-    )
+    # Over the cap: 429 or 503, which ends the page's EventSource; the htmx SSE extension
+    # tries again later (backing off up to about a minute), and the page's poll carries on.
+    watch = listener.admit(viewer.tenant.slug, viewer.user.id)
+    return ServerSentEvent(inbox_events(watch, settings.inbox_stream_seconds))

@@ -16,8 +16,10 @@ from litestar.status_codes import (
 )
 
 from portal.auth import PUBLIC, safe_next, sign_in
-from portal.ratelimit import LoginThrottle
+from portal.client_address import client_address
+from portal.ratelimit import LoginThrottle, PasswordChecks
 from portal.sessions import end_session, start_session
+from portal.settings import PortalSettings
 
 WRONG_CREDENTIALS = (
     "The email or password is wrong. Check them, and your organisation name, and try again."
@@ -34,7 +36,8 @@ class LoginForm:
 
 
 def _login_page(
-    form: LoginForm, *, error: str | None = None, notice: str | None = None, status: int = 200
+    form: LoginForm, *, error: str | None = None, notice: str | None = None, status: int = 200,
+    headers: dict[str, str] | None = None,
 ) -> Template:
     return Template(
         "login.html",
@@ -46,6 +49,7 @@ def _login_page(
             "notice": notice,
         },
         status_code=status,
+        headers=headers,
     )
 
 
@@ -69,20 +73,32 @@ def login(
             data, error="Enter your organisation, email and password.", status=HTTP_400_BAD_REQUEST
         )
     throttle: LoginThrottle = request.app.state.login_throttle
-    address = request.client.host if request.client else "unknown"
-    refusal = throttle.refusal(data.organisation, data.email, address)
+    checks: PasswordChecks = request.app.state.password_checks
+    settings: PortalSettings = request.app.state.portal_settings
+    address = client_address(
+        request.client.host if request.client else None,
+        request.headers.get("x-forwarded-for"), settings.trusted_proxies,
+    )
+    # Counted before any password work, in one step with the check: concurrent guesses
+    # cannot all slip under the limit together.
+    refusal = throttle.reserve(data.organisation, data.email, address)
     if refusal is not None:
         minutes = f"{refusal.minutes} minute{'s' if refusal.minutes != 1 else ''}"
         return _login_page(
-            data, status=HTTP_429_TOO_MANY_REQUESTS,
+            data, status=HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(refusal.retry_after)},
             error=f"Too many failed sign-in attempts. For your security, signing in is paused "
                   f"for a while: try again in {minutes}, or ask your administrator for help.",
         )
-    viewer = sign_in(data.organisation, data.email, data.password)
+    try:
+        with checks.turn():
+            viewer = sign_in(data.organisation, data.email, data.password)
+    except Exception:
+        # No verdict on the password (too busy, the database failed): not held against anyone.
+        throttle.refund(data.organisation, data.email, address)
+        raise
     if viewer is None:
-        throttle.record_failure(data.organisation, data.email, address)
         return _login_page(data, error=WRONG_CREDENTIALS, status=HTTP_400_BAD_REQUEST)
-    throttle.record_success(data.organisation, data.email)
+    throttle.record_success(data.organisation, data.email, address)
     start_session(request, viewer.tenant.slug, viewer.user.id)
     return Redirect(safe_next(data.next), status_code=HTTP_303_SEE_OTHER)
 

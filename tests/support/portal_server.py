@@ -44,7 +44,7 @@ def serve_portal(log_path: Path, **settings: str) -> Iterator[str]:
     with log_path.open("wb") as log:
         server = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "portal.app:create_app", "--factory",
-             "--host", "127.0.0.1", "--port", str(port),
+             "--host", "127.0.0.1", "--port", str(port), "--no-proxy-headers",  # as `tocsin web`
              "--timeout-graceful-shutdown", str(WEB_GRACEFUL_SHUTDOWN)],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )

@@ -1,0 +1,34 @@
+"""The portal's budget settings: each read once, each failing loudly when out of bounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from portal.settings import INBOX_STREAM_MAXIMUM, load_portal_settings
+from tocsin.config import ConfigError
+
+URL = "http://127.0.0.1:8000"
+
+
+def test_a_stream_lifetime_above_the_maximum_stops_the_portal_from_starting() -> None:
+    with pytest.raises(ConfigError, match=f"INBOX_STREAM_SECONDS must be at most {INBOX_STREAM_MAXIMUM}"):
+        load_portal_settings(URL, {"INBOX_STREAM_SECONDS": str(INBOX_STREAM_MAXIMUM + 1)})
+    at_most = load_portal_settings(URL, {"INBOX_STREAM_SECONDS": str(INBOX_STREAM_MAXIMUM)})
+    assert at_most.inbox_stream_seconds == INBOX_STREAM_MAXIMUM
+
+
+@pytest.mark.parametrize("name", [
+    "INBOX_STREAMS_PER_USER", "INBOX_STREAMS_PER_PROCESS", "EXPORT_CONNECTIONS",
+    "EXPORTS_PER_TENANT", "EXPORT_SECONDS", "EXPORT_STATEMENT_SECONDS", "PASSWORD_CHECKS_AT_ONCE",
+])
+def test_a_budget_of_zero_or_nonsense_names_the_variable(name: str) -> None:
+    for bad in ("0", "many"):
+        with pytest.raises(ConfigError, match=name):
+            load_portal_settings(URL, {name: bad})
+
+
+def test_the_defaults_are_bounded() -> None:
+    settings = load_portal_settings(URL, {})
+    assert settings.exports_per_tenant < settings.export_connections
+    assert settings.inbox_streams_per_user < settings.inbox_streams_per_process
+    assert settings.trusted_proxies == ()
