@@ -292,10 +292,11 @@ def build_parser() -> Parser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from db.errors import DatabaseUnavailable
+    from tocsin.services import ServiceError
 
     try:
         args.handler(args)
-    except DatabaseUnavailable as error:
+    except (DatabaseUnavailable, ServiceError) as error:
         print(f"tocsin: error: {error}", file=sys.stderr)
         sys.exit(EXIT_UNAVAILABLE)
     except (TocsinError, ConfigError) as error:
