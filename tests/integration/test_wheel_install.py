@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+import urllib.parse
 import urllib.request
 import uuid
 import zipfile
@@ -20,7 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from tests.integration.conftest import wait_until
 from tocsin.services import free_port
@@ -28,8 +31,9 @@ from tocsin.services import free_port
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
 TOP_LEVEL = sorted({name.split(".")[0] for name in SHIPPED})
-INSTALL_LIMIT = 600  # seconds for building the wheel or installing it (pip's cache makes it ~30 s)
+INSTALL_LIMIT = 600  # seconds to build the wheel, or to install it (pip's cache: about a minute)
 WEB_LIMIT = 60.0  # seconds for the installed portal to answer its first request
+UP_LIMIT = 120.0  # seconds for the installed `tocsin up` to start web, worker and clock
 STATIC_FILES = {"tocsin.css": "text/css", "htmx.min.js": "javascript", "htmx-ext-sse.js": "javascript"}
 ON_EVERY_PAGE = ("tocsin.css", "htmx.min.js")  # base.html links them; the SSE extension is the inbox's
 
@@ -91,7 +95,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
     venv = base / "venv"
     _checked(_run([sys.executable, "-m", "venv", str(venv)], cwd=base))
-    _checked(_run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+    # --no-compile: byte-compiling every dependency's modules up front costs half the install.
+    _checked(_run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
                    "-c", str(ROOT / "constraints.txt"), str(wheel)], cwd=base))
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
@@ -187,3 +192,57 @@ def test_the_installed_portal_serves_its_login_page_css_and_htmx_outside_the_che
         status, content_type, body = _get(f"{installed_web}/static/{name}")
         assert status == 200 and expected_type in content_type, (name, status, content_type)
         assert body == (ROOT / "static" / name).read_bytes(), name
+
+
+@pytest.fixture
+def own_database() -> Iterator[str]:
+    """A database of its own on the suite's server: the installed processes' scans and sweeps
+    must not touch the suite's tenants."""
+    name = f"tocsin_wheel_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = urllib.parse.urlsplit(os.environ["DATABASE_URL"])
+    try:
+        yield urllib.parse.urlunsplit(url._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_tocsin_up_from_the_installed_package_runs_web_worker_and_clock_from_its_own_procfile(
+    installed: Installed, own_database: str
+) -> None:
+    port = free_port()
+    env = installed.env(DATABASE_URL=own_database, PORT=str(port), WEB_HOST="127.0.0.1",
+                        PORTAL_URL=f"http://127.0.0.1:{port}", PYTHONUNBUFFERED="1",
+                        DRAMATIQ_NAMESPACE=f"tocsin-wheel-{uuid.uuid4().hex[:8]}",
+                        TOCSIN_HOME=str(installed.elsewhere / "up-state"),
+                        WORKER_PROCESSES="1", WORKER_THREADS="1")
+    env.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
+    assert not (installed.elsewhere / "Procfile").exists()
+    with (installed.elsewhere / "up.log").open("w+") as log:
+        # Its own session, so that Ctrl-C reaches the whole group, as a terminal sends it.
+        process = subprocess.Popen([installed.command("tocsin"), "up", "--no-demo"],
+                                   cwd=installed.elsewhere, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+
+        def output() -> str:
+            log.flush()
+            log.seek(0)
+            return log.read()
+
+        try:
+            for line in ("web.1", "Worker process is ready for action", "tick enqueued"):
+                wait_until(lambda line=line: line in output(), f"{line!r} from tocsin up", UP_LIMIT)
+            wait_until(lambda: _answers(f"http://127.0.0.1:{port}/login"), "the login page", WEB_LIMIT)
+            status, _, body = _get(f"http://127.0.0.1:{port}/static/tocsin.css")
+            assert status == 200 and body == (ROOT / "static" / "tocsin.css").read_bytes()
+            os.killpg(process.pid, signal.SIGINT)
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+        everything = output()
+    assert "migrations:" in everything and "Stopped." in everything
+    assert "Traceback" not in everything, everything
