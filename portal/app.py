@@ -44,6 +44,8 @@ from tocsin import runtime
 from tocsin.config import Settings, load_settings
 from tocsin.queues import QueueInspector
 
+# static/ sits next to portal/ in the checkout and, installed from the wheel, in site-packages
+# (pyproject.toml ships it): the one beside this portal, never some other folder on sys.path.
 STATIC = Path(__file__).resolve().parent.parent / "static"
 STATIC_MAX_AGE = 60 * 60  # seconds browsers may reuse a static file without asking
 REDIS_CONNECTIONS = 32  # per process, shared by every request reading its session

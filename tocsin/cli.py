@@ -368,10 +368,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from db.errors import DatabaseUnavailable
     from tocsin.queues import QueuesUnavailable
+    from tocsin.services import ServiceError
 
     try:
         args.handler(args)
-    except (DatabaseUnavailable, QueuesUnavailable) as error:
+    except (DatabaseUnavailable, QueuesUnavailable, ServiceError) as error:
         print(f"tocsin: error: {error}", file=sys.stderr)
         sys.exit(EXIT_UNAVAILABLE)
     except (TocsinError, ConfigError) as error:

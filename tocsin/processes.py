@@ -99,11 +99,16 @@ def run_worker(processes: int, threads: int) -> int:
         log.info("starting dramatiq again")
 
 
+# The top-level Procfile, shipped inside the package: an install from the wheel has no
+# checkout to find it in (tests/unit/test_packaging.py keeps the two copies equal).
+PACKAGED_PROCFILE = Path(__file__).resolve().parent / "Procfile"
+
+
 def _procfile() -> Path:
-    for candidate in (Path.cwd() / "Procfile", Path(__file__).resolve().parent.parent / "Procfile"):
-        if candidate.exists():
-            return candidate
-    raise SystemExit("tocsin: error: no Procfile found; run `tocsin up` from the project folder")
+    """The Procfile in the current folder when there is one (the checkout's, under `make
+    run`), else the one shipped with the package."""
+    here = Path.cwd() / "Procfile"
+    return here if here.is_file() else PACKAGED_PROCFILE
 
 
 def procfile_environment(base: Mapping[str, str], portal_url: str) -> dict[str, str]:
@@ -161,7 +166,7 @@ def run_everything(seed: bool = True) -> None:
         process = subprocess.Popen(
             # honcho hands PORT to each process from its base port; web is first in the
             # Procfile, so it gets the port the banner printed.
-            [honcho, "start", "-f", str(procfile), "-d", str(procfile.parent),
+            [honcho, "start", "-f", str(procfile), "-d", str(Path.cwd()),
              "-p", str(settings.web_port)],
             env=env,
         )

