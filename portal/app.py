@@ -15,7 +15,6 @@ from litestar.di import Provide
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
-from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
@@ -36,10 +35,11 @@ from portal.routes import (
     preferences,
     unsubscribe,
 )
-from portal.sessions import SESSION_NAMESPACE, session_config
+from portal.sessions import STORE, SessionStore, session_config
 from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
 from tocsin.config import Settings, load_settings
+from tocsin.signing_keys import signing_keys
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 STATIC_MAX_AGE = 60 * 60  # seconds browsers may reuse a static file without asking
@@ -54,12 +54,15 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
     "object-src 'none'"
 )
+# Behind https (PORTAL_URL), browsers must never fall back to http for this host.
+HSTS = "max-age=31536000"  # seconds: one year
 
 
 def create_app(
     settings: Settings | None = None, portal_settings: PortalSettings | None = None
 ) -> Litestar:
     settings = settings or load_settings()
+    keys = signing_keys(settings)  # refuses the published default outside the embedded services
     portal_settings = portal_settings or load_portal_settings(settings.portal_url)
     environment = build_environment(
         {"app_name": APP_NAME, "poll_seconds": portal_settings.inbox_poll_seconds,
@@ -70,9 +73,12 @@ def create_app(
     redis_pool = BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_SECONDS
     )
-    sessions = RedisStore(
-        AsyncRedis(connection_pool=redis_pool), namespace=SESSION_NAMESPACE, handle_client_shutdown=True
+    sessions = SessionStore(
+        AsyncRedis(connection_pool=redis_pool), settings.dramatiq_namespace, keys.session,
+        idle_seconds=settings.session_idle_seconds, absolute_seconds=settings.session_absolute_seconds,
     )
+    secure_headers = [ResponseHeader(name="Strict-Transport-Security", value=HSTS)] \
+        if portal_settings.secure_cookies else []
     listener = InboxListener(settings.redis_url, settings.dramatiq_namespace)
     return Litestar(
         route_handlers=[
@@ -93,14 +99,14 @@ def create_app(
         ],
         guards=[requires_login],
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
-        middleware=[session_config(secure=portal_settings.secure_cookies).middleware],
-        stores={"sessions": sessions},
+        middleware=[session_config(secure=portal_settings.secure_cookies,
+                                   idle_seconds=settings.session_idle_seconds).middleware],
         state=State({"settings": settings, "portal_settings": portal_settings,
-                     "inbox_listener": listener,
+                     "inbox_listener": listener, "signing_keys": keys, STORE: sessions,
                      "login_throttle": LoginThrottle.from_url(settings.redis_url)}),
-        on_shutdown=[listener.close],
+        on_shutdown=[listener.close, sessions.redis.aclose, redis_pool.disconnect],
         csrf_config=CSRFConfig(
-            secret=settings.session_secret,
+            secret=keys.csrf.current.hex(),
             cookie_name="tocsin_csrf",
             cookie_secure=portal_settings.secure_cookies,
             cookie_httponly=True,  # the token reaches forms and htmx through the page itself
@@ -120,6 +126,7 @@ def create_app(
             ResponseHeader(name="Content-Security-Policy", value=CONTENT_SECURITY_POLICY),
             ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
             ResponseHeader(name="Referrer-Policy", value="same-origin"),
+            *secure_headers,
         ],
         openapi_config=None,
         debug=False,

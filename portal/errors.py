@@ -26,6 +26,7 @@ from litestar.types import ExceptionHandlersMap
 
 from db.errors import DatabaseUnavailable, NotMigrated
 from domain.errors import Conflict, InvalidInput, NotFound
+from domain.licence import RenewalRefused
 from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 
 log = logging.getLogger("tocsin.portal")
@@ -73,6 +74,8 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
         )
     if isinstance(exc, InvalidInput):
         return ErrorPage(400, "That didn't work", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+    if isinstance(exc, RenewalRefused):
+        return ErrorPage(403, "Renewal isn't available", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, Conflict):
         return ErrorPage(409, "That already exists", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, PermissionDeniedException):

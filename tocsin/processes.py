@@ -12,6 +12,7 @@ from types import FrameType
 
 from tocsin.config import load_settings
 from tocsin.services import start_embedded, wants_local_aws
+from tocsin.signing_keys import kept_session_secret, require_strong_secret
 
 # Seconds a stopping web process waits for open requests: open inbox event streams never
 # finish by themselves, and their browsers reconnect to the next process anyway.
@@ -22,6 +23,7 @@ def run_web() -> None:
     import uvicorn
 
     settings = load_settings()
+    require_strong_secret(settings)  # one line and exit 2 (tocsin.cli), before any socket opens
     uvicorn.run(
         "portal.app:create_app", factory=True, host=settings.web_host, port=settings.web_port,
         log_level="info", proxy_headers=True, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
@@ -34,6 +36,7 @@ def run_worker(processes: int, threads: int) -> int:
     honcho signals a whole process group; if Dramatiq's worker processes received that
     signal directly as well as from their parent they would be killed mid-message.
     """
+    require_strong_secret(load_settings())  # it signs the unsubscribe links of every email
     command = [sys.executable, "-m", "dramatiq", "actors",
                "--processes", str(processes), "--threads", str(threads)]
     child = subprocess.Popen(command, start_new_session=True)
@@ -57,9 +60,17 @@ def _procfile() -> Path:
     raise SystemExit("tocsin: error: no Procfile found; run `tocsin up` from the project folder")
 
 
-def run_everything(seed: bool = True) -> None:
-    """`make run`: start what the environment does not name, migrate, seed the demo
-    tenant, then run web, worker and clock under honcho until Ctrl-C."""
+def _why_no_demo(demo: bool | None) -> str:
+    if demo is False:
+        return "Demo tenant: not seeded (--no-demo)."
+    return ("Demo tenant: not seeded: DATABASE_URL names a database tocsin up did not start "
+            "(its published password must not reach it; add --demo to seed it anyway).")
+
+
+def run_everything(demo: bool | None = None) -> None:
+    """`make run`: start what the environment does not name, migrate, seed the demo tenant
+    (only into a PostgreSQL it started itself, unless ``demo`` says otherwise), then run
+    web, worker and clock under honcho until Ctrl-C."""
     procfile = _procfile()
     home = Path(os.environ.get("TOCSIN_HOME", ".tocsin")).resolve()
     print(f"Starting Tocsin (state in {home}) ...", flush=True)
@@ -68,7 +79,16 @@ def run_everything(seed: bool = True) -> None:
         os.environ.update(services.env)
         for line in services.started:
             print(f"  started {line}", flush=True)
+        # "Embedded" is known, never guessed from a URL: this process started the PostgreSQL.
+        if services.started_postgres:
+            os.environ["TOCSIN_EMBEDDED"] = "1"
+            if not os.environ.get("SESSION_SECRET"):
+                os.environ["SESSION_SECRET"] = kept_session_secret(home)
+        else:
+            os.environ.pop("TOCSIN_EMBEDDED", None)
         settings = load_settings()
+        require_strong_secret(settings)  # before anything is written to a database we did not start
+        seed = services.started_postgres if demo is None else demo
         from db.migrations import migrate_all
         from tocsin.demo import seed_demo
 
@@ -78,7 +98,7 @@ def run_everything(seed: bool = True) -> None:
             from actors.ops import prepare_local_aws
 
             prepare_local_aws(settings)
-        demo_lines = list(seed_demo()) if seed else []
+        demo_lines = list(seed_demo()) if seed else [_why_no_demo(demo)]
         honcho = shutil.which("honcho") or str(Path(sys.executable).parent / "honcho")
         print("", flush=True)
         print(f"  Portal:  {settings.portal_url}/", flush=True)

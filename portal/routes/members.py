@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
+import anyio.from_thread
 from litestar import Request, get, post
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, FromPath, QueryParameter
@@ -31,9 +32,10 @@ from domain.errors import InvalidInput, NotFound
 from domain.identity import valid_role
 from domain.tokens import verify
 from portal.auth import PUBLIC, CurrentViewer, Viewer
-from portal.sessions import start_session
-from tocsin.config import Settings
+from portal.routes.login import signed_in_redirect
+from portal.sessions import session_store, start_session
 from tocsin.inbox_events import announce_new_notifications
+from tocsin.signing_keys import SigningKeys
 
 INVITATION_DAYS = 7  # days an invitation link works
 FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright
@@ -52,10 +54,10 @@ def _admin(viewer: Viewer) -> Viewer:
     return viewer
 
 
-def _settings(request: Request[Any, Any, Any]) -> Settings:
-    settings = request.app.state.settings
-    assert isinstance(settings, Settings)
-    return settings
+def _keys(request: Request[Any, Any, Any]) -> SigningKeys:
+    keys = request.app.state.signing_keys
+    assert isinstance(keys, SigningKeys)
+    return keys
 
 
 @get("/members", sync_to_thread=True)
@@ -92,10 +94,9 @@ def invite(request: Request[Any, Any, Any], viewer: CurrentViewer,
     if data.client_id and not data.client_id.isdigit():
         raise InvalidInput("choose a client organisation from the list")
     role = valid_role(data.role)
-    settings = _settings(request)
     with tenant_tx(viewer.tenant.slug) as tx:
         invitation = invite_member(
-            tx, data.email, role, viewer.user.id, secret=settings.session_secret,
+            tx, data.email, role, viewer.user.id, key=_keys(request).invitation.current,
             expires_at=datetime.now(UTC) + timedelta(days=INVITATION_DAYS),
             client_id=int(data.client_id) if data.client_id else None,
             display_name=data.display_name,
@@ -120,16 +121,19 @@ def change_role(viewer: CurrentViewer, user_id: FromPath[int], data: Annotated[R
 
 
 @post("/members/{user_id:int}/deactivate", sync_to_thread=True)
-def deactivate_member(viewer: CurrentViewer, user_id: FromPath[int]) -> Redirect:
+def deactivate_member(request: Request[Any, Any, Any], viewer: CurrentViewer,
+                      user_id: FromPath[int]) -> Redirect:
     _admin(viewer)
     with tenant_tx(viewer.tenant.slug) as tx:
         deactivate(tx, viewer.user.id, user_id)
+    # Their sessions end now, not at their next click (an open event stream has no next click).
+    anyio.from_thread.run(session_store(request).end_all, viewer.tenant.slug, user_id)
     return Redirect("/members?done=deactivated", status_code=HTTP_303_SEE_OTHER)
 
 
 def _invitation(request: Request[Any, Any, Any], token: str) -> tuple[str, int]:
     """The tenant and invitation a link names; a tampered or expired link says so."""
-    claims = verify(_settings(request).session_secret, INVITE_PURPOSE, token, datetime.now(UTC))
+    claims = verify(_keys(request).invitation.verifying, INVITE_PURPOSE, token, datetime.now(UTC))
     tenant, invitation = claims.get("tenant"), claims.get("invitation")
     if not isinstance(tenant, str) or not isinstance(invitation, int):
         raise InvalidInput("This link is not valid.")
@@ -179,4 +183,4 @@ def join(
                      "token": token, "error": error},
         )
     start_session(request, slug, user.id)
-    return Redirect("/", status_code=HTTP_303_SEE_OTHER)
+    return signed_in_redirect("/")

@@ -20,7 +20,7 @@ from domain.errors import InvalidInput, NotFound
 from domain.tokens import TokenExpired
 from domain.unsubscribe import UnsubscribeScope, read_unsubscribe_token
 from portal.auth import PUBLIC
-from tocsin.config import load_settings
+from tocsin.signing_keys import SigningKeys
 
 INVALID = ("This unsubscribe link is not valid",
            "It may have been copied incompletely. Open the link from your most recent email, "
@@ -30,8 +30,10 @@ EXPIRED = ("This unsubscribe link has expired",
            "and change your notification preferences.")
 
 
-def _scope(token: str) -> UnsubscribeScope:
-    return read_unsubscribe_token(load_settings().session_secret, token, datetime.now(UTC))
+def _scope(request: Request[Any, Any, Any], token: str) -> UnsubscribeScope:
+    keys = request.app.state.signing_keys
+    assert isinstance(keys, SigningKeys)
+    return read_unsubscribe_token(keys.unsubscribe.verifying, token, datetime.now(UTC))
 
 
 def _refused(error: Exception) -> Template:
@@ -46,7 +48,7 @@ def unsubscribe_link(request: Request[Any, Any, Any], token: FromPath[str]) -> T
     """GET shows what the link will do and changes nothing (mail scanners follow links);
     POST acts at once, as RFC 8058 one-click asks, whatever the body carries."""
     try:
-        scope = _scope(token)
+        scope = _scope(request, token)
         with tenant_tx(scope.tenant) as tx:
             if request.method == HttpMethod.POST:
                 outcome = unsubscribe_email(tx, scope.user_id, scope.category)
