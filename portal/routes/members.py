@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-import anyio.from_thread
+import anyio.to_thread
 from litestar import Request, get, post
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, FromPath, QueryParameter
@@ -120,14 +120,18 @@ def change_role(viewer: CurrentViewer, user_id: FromPath[int], data: Annotated[R
     return Redirect("/members?done=role", status_code=HTTP_303_SEE_OTHER)
 
 
-@post("/members/{user_id:int}/deactivate", sync_to_thread=True)
-def deactivate_member(request: Request[Any, Any, Any], viewer: CurrentViewer,
-                      user_id: FromPath[int]) -> Redirect:
-    _admin(viewer)
+def _deactivate(viewer: Viewer, user_id: int) -> None:
     with tenant_tx(viewer.tenant.slug) as tx:
         deactivate(tx, viewer.user.id, user_id)
+
+
+@post("/members/{user_id:int}/deactivate")
+async def deactivate_member(request: Request[Any, Any, Any], viewer: CurrentViewer,
+                            user_id: FromPath[int]) -> Redirect:
+    _admin(viewer)
+    await anyio.to_thread.run_sync(_deactivate, viewer, user_id)
     # Their sessions end now, not at their next click (an open event stream has no next click).
-    anyio.from_thread.run(session_store(request).end_all, viewer.tenant.slug, user_id)
+    await session_store(request).end_all(viewer.tenant.slug, user_id)
     return Redirect("/members?done=deactivated", status_code=HTTP_303_SEE_OTHER)
 
 
