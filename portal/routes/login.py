@@ -87,15 +87,16 @@ def login(
         return _login_page(data, error=WRONG_CREDENTIALS, status=HTTP_400_BAD_REQUEST)
     throttle.record_success(data.organisation, data.email)
     start_session(request, viewer.tenant.slug, viewer.user.id)
-    return signed_in_redirect(safe_next(data.next))
+    return signed_in_redirect(request, safe_next(data.next))
 
 
-def signed_in_redirect(path: str) -> Redirect:
+def signed_in_redirect(request: Request[Any, Any, Any], path: str) -> Redirect:
     """After a sign-in: the CSRF cookie is dropped, so the next page mints a fresh token (a
     token planted or read before sign-in is worth nothing after it)."""
+    secure = bool(request.app.state.portal_settings.secure_cookies)
     return Redirect(path, status_code=HTTP_303_SEE_OTHER,
                     cookies=[Cookie(key=CSRF_COOKIE, value="", max_age=0, expires=0, httponly=True,
-                                    samesite="lax")])
+                                    secure=secure, samesite="lax")])
 
 
 @post("/logout", opt={PUBLIC: True})

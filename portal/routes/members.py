@@ -187,4 +187,4 @@ def join(
                      "token": token, "error": error},
         )
     start_session(request, slug, user.id)
-    return signed_in_redirect("/")
+    return signed_in_redirect(request, "/")
