@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from litestar import Request, Response
+from litestar.datastructures import Cookie
 from litestar.exceptions import (
     HTTPException,
     NotAuthorizedException,
@@ -143,20 +144,26 @@ def _signed_out(request: AnyRequest) -> Response[Any]:
     return Redirect(login_url(back), status_code=HTTP_303_SEE_OTHER)
 
 
+_EXPIRED_CSRF = Cookie(key="tocsin_csrf", value="", max_age=0, expires=0, httponly=True, samesite="lax")
+
+
 def handle_exception(request: AnyRequest, exc: Exception) -> Response[Any]:
     if isinstance(exc, NotAuthorizedException):
         return _signed_out(request)
     if isinstance(exc, AccessPaused):
         return _wall(request, exc)
     page = error_page_for(request, exc)
+    # A CSRF cookie that no longer verifies (signed before a key rotation) would be reused by
+    # every page as it is: drop it, so that reloading the page mints a fresh one.
+    cookies = [_EXPIRED_CSRF] if page is FORM_EXPIRED else []
     if _is_htmx(request):
         # htmx swaps error responses (see the htmx-config meta tag) into the page's flash
         # region instead of the element that asked.
         return Template(
             "_flash.html", context={"page": page}, status_code=page.status,
-            headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"},
+            headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"}, cookies=cookies,
         )
-    return Template("error.html", context={"page": page}, status_code=page.status)
+    return Template("error.html", context={"page": page}, status_code=page.status, cookies=cookies)
 
 
 exception_handlers: ExceptionHandlersMap = {Exception: handle_exception}

@@ -159,3 +159,16 @@ def test_a_value_signed_for_sessions_does_not_pass_as_an_unsubscribe_token(
     genuine = sign(keys.unsubscribe.current, "unsubscribe", claims, expires)
     assert portal.post(f"/unsubscribe/{genuine}").status_code == 200
     assert not _email_on(people)
+
+
+def test_after_a_rotation_a_stale_csrf_cookie_is_replaced_once_a_form_is_refused(people: People) -> None:
+    settings = load_settings()
+    old, new = "o" * 40, "n" * 40
+    with _app(settings, old) as before:
+        before.get("/login")
+        stale = before.cookies["tocsin_csrf"]
+    with _app(settings, new, (old,)) as after:
+        after.cookies.set("tocsin_csrf", stale, domain="testserver.local")
+        refused = sign_in(after, people.tenant.slug, people.client_user.email)  # the stale token
+        assert refused.status_code == 403 and "tocsin_csrf" not in after.cookies
+        assert sign_in(after, people.tenant.slug, people.client_user.email).status_code == 303
