@@ -130,7 +130,7 @@ async def deactivate_member(request: Request[Any, Any, Any], viewer: CurrentView
                             user_id: FromPath[int]) -> Redirect:
     _admin(viewer)
     await anyio.to_thread.run_sync(_deactivate, viewer, user_id)
-    # Their sessions end now, not at their next click (an open event stream has no next click).
+    # Every session of theirs ends now, on every device, not only at their next click.
     await session_store(request).end_all(viewer.tenant.slug, user_id)
     return Redirect("/members?done=deactivated", status_code=HTTP_303_SEE_OTHER)
 

@@ -97,6 +97,9 @@ def test_a_client_user_cannot_reopen_a_closed_account_but_an_administrator_can(
     _set_client(people.tenant, people.client.id, "closed", lapsed)
     sign_in(portal, people.tenant.slug, people.client_user.email)
     before = _trace(people.tenant, people.client.id)
+    wall = portal.get("/")
+    assert wall.status_code == 402 and "Only an administrator can reactivate" in wall.text
+    assert 'action="/renew"' not in wall.text  # the page offers no button it would refuse
 
     status, page = _renew(portal, lapsed)
 
