@@ -8,8 +8,11 @@ import pytest
 from domain.identity import Plan
 from domain.licence import (
     CADENCE,
+    RENEWAL_WINDOW_DAYS,
     Outcome,
+    RenewalRefused,
     Stage,
+    check_client_renewal,
     current_milestone,
     milestone_outcomes,
     window_table,
@@ -111,8 +114,6 @@ def test_the_flat_window_table_matches_both_plans() -> None:
 
 
 def test_a_client_user_renews_only_within_the_window_or_once_expired_and_never_when_closed() -> None:
-    from domain.licence import RENEWAL_WINDOW_DAYS, RenewalRefused, check_client_renewal
-
     expires = date(2027, 6, 30)
     assert RENEWAL_WINDOW_DAYS == 30  # from the d30 reminder on
     check_client_renewal("active", expires, expires - timedelta(days=30))
