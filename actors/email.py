@@ -30,6 +30,7 @@ from domain.delivery import ErrorClass, email_message_id, email_text, retry_dela
 from domain.unsubscribe import unsubscribe_token
 from tocsin import runtime
 from tocsin.config import Settings
+from tocsin.signing_keys import signing_keys
 from tocsin.timekeeping import utcnow
 
 # Ids, attempts and outcomes only: never addresses or message bodies.
@@ -85,8 +86,8 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings) -> OutgoingEmai
     if claim.category is None:  # a digest: its text carries its links and the preferences link
         return OutgoingEmail(message_id, claim.recipient, claim.title, claim.body, tags)
     link = f"{settings.portal_url}{claim.href}" if claim.href else None
-    token = unsubscribe_token(settings.session_secret, slug, claim.recipient_user_id, claim.category,
-                              utcnow())
+    key = signing_keys(settings).unsubscribe.current
+    token = unsubscribe_token(key, slug, claim.recipient_user_id, claim.category, utcnow())
     unsubscribe = f"{settings.portal_url}/unsubscribe/{token}"
     return OutgoingEmail(message_id, claim.recipient, claim.title,
                          email_text(claim.body, link, unsubscribe), tags, unsubscribe_url=unsubscribe)

@@ -34,6 +34,7 @@ import asyncio
 import os
 import random
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -386,6 +387,8 @@ def run(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     stop: Callable[[], None] | None = None
+    # The portal refuses the published default secret; a benchmark signs nothing that lasts.
+    os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
     if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
         from tocsin.services import start_embedded
 

@@ -10,7 +10,7 @@ from db.ledger import notify_claims
 from db.tenancy import TenantTx
 from domain.errors import NotFound
 from domain.identity import Plan, valid_name, valid_zone
-from domain.licence import RENEWED, RULE, SUBJECT_KIND
+from domain.licence import RENEWED, RULE, SUBJECT_KIND, check_client_renewal
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,7 @@ def renew_licence(
     actor_user_id: int | None = None,
     *,
     expected_expires_on: date | None = None,
+    by_client_user: bool = False,
 ) -> Renewal | None:
     """Extend access one year past the later of the current expiry and ``today`` (the
     client's local date) and make the client active.
@@ -111,6 +112,10 @@ def renew_licence(
     nothing and gets None. A new due date means new ledger keys, so the next cycle's
     reminders are claimed afresh; reminders still waiting for the old date are cancelled,
     and the renewal notice is claimed once under (licence, client, renewed, new date).
+
+    ``by_client_user``: the licence rules for a client user renewing their own licence
+    (domain.licence.check_client_renewal) are checked under the row lock, before anything is
+    written; a refusal raises RenewalRefused and leaves no trace.
     """
     before = tx.conn.execute(
         f"SELECT {_COLUMNS} FROM clients WHERE id = %s FOR UPDATE", [client_id]
@@ -118,6 +123,10 @@ def renew_licence(
     if before is None:
         raise NotFound(f"no client with id {client_id} in tenant {tx.tenant.slug!r}")
     old = _client(before)
+    if expected_expires_on is not None and old.access_expires_on != expected_expires_on:
+        return None  # a double click or a second tab: the first renewal has moved the date
+    if by_client_user:
+        check_client_renewal(old.status, old.access_expires_on, today)
     row = tx.conn.execute(
         f"""
         UPDATE clients

@@ -67,7 +67,7 @@ def invite_member(
     role: Role,
     invited_by: int,
     *,
-    secret: str,
+    key: bytes,
     expires_at: datetime,
     client_id: int | None = None,
     display_name: str = "",
@@ -117,7 +117,7 @@ def invite_member(
     ).fetchone()
     assert row is not None
     invitation_id = int(str(row[0]))
-    token = sign(secret, INVITE_PURPOSE, {"tenant": tx.tenant.slug, "invitation": invitation_id},
+    token = sign(key, INVITE_PURPOSE, {"tenant": tx.tenant.slug, "invitation": invitation_id},
                  expires_at)
     inviter = get_user(tx, invited_by)
     by = inviter.display_name if inviter is not None else "An administrator"

@@ -10,9 +10,10 @@ which is why a daylight-saving change can never make one fire twice.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from enum import StrEnum
 
+from domain.errors import TocsinError
 from domain.identity import Plan
 
 RULE = "licence"  # the ledger's rule name for every milestone of this cadence
@@ -58,6 +59,37 @@ CADENCE: tuple[Milestone, ...] = (
     Milestone("closed", GRACE_DAYS, Stage.CLOSE),
 )
 THRESHOLDS = tuple(m.threshold for m in CADENCE)
+
+# A client user may renew their own licence from this reminder's window on (or once it has
+# expired). Before it, "renew" would only buy a second year while the first still runs; the
+# renewal itself moves the expiry a year out, so a second renewal in one cycle is refused too.
+RENEWAL_OPENS_AT = "d30"
+RENEWAL_WINDOW_DAYS = -next(m.offset_days for m in CADENCE if m.threshold == RENEWAL_OPENS_AT)
+
+
+class RenewalRefused(TocsinError):
+    """A client user asked for a renewal the licence rules do not allow them."""
+
+
+def renewal_opens_on(expires_on: date) -> date:
+    return expires_on - timedelta(days=RENEWAL_WINDOW_DAYS)
+
+
+def check_client_renewal(status: str, expires_on: date, today: date) -> None:
+    """RenewalRefused unless a client user may renew now: never a closed account (only an
+    administrator reactivates it), and an active licence only within the renewal window.
+    Administrators are not subject to these rules."""
+    if status == "closed":
+        raise RenewalRefused(
+            "this account is closed: only an administrator can reactivate it. Ask your "
+            "account manager"
+        )
+    if status == "active" and today < renewal_opens_on(expires_on):
+        raise RenewalRefused(
+            f"this licence runs until {expires_on.isoformat()}, and renewal opens "
+            f"{RENEWAL_WINDOW_DAYS} days before, on {renewal_opens_on(expires_on).isoformat()}. "
+            "Nothing has been changed"
+        )
 
 
 @dataclass(frozen=True)

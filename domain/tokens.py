@@ -1,9 +1,12 @@
 """Signed, expiring tokens for links that act without a login (unsubscribe, invitations).
 
 A token is ``payload.signature``: the payload is URL-safe base64 of compact JSON that
-carries its own expiry; the signature is HMAC-SHA256 over the purpose and the payload, so
-a token minted for one purpose never verifies for another. Single use, where a purpose
-needs it, is enforced by whoever stores the token's effect (invitations), not here.
+carries its own expiry; the signature is HMAC-SHA256 over the purpose and the payload with
+the purpose's own key (tocsin.signing_keys derives one per purpose), so a token minted for
+one purpose never verifies for another. Verification accepts a list of keys (the current
+one first, then those of previous secrets), so rotating the secret does not break links
+already sent. Single use, where a purpose needs it, is enforced by whoever stores the
+token's effect (invitations), not here.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import binascii
 import hashlib
 import hmac
 import json
+from collections.abc import Sequence
 from datetime import datetime
 
 from domain.errors import InvalidInput
@@ -36,26 +40,31 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _signature(secret: str, purpose: str, payload: str) -> str:
-    mac = hmac.new(secret.encode(), f"{purpose}.{payload}".encode(), hashlib.sha256)
+def _signature(key: bytes, purpose: str, payload: str) -> str:
+    mac = hmac.new(key, f"{purpose}.{payload}".encode(), hashlib.sha256)
     return _b64(mac.digest())
 
 
-def sign(secret: str, purpose: str, claims: dict[str, str | int], expires_at: datetime) -> str:
+def signed_by_any(keys: Sequence[bytes], purpose: str, payload: str, signature: str) -> bool:
+    """Whether one of ``keys`` made ``signature`` (each compared in constant time)."""
+    return any(hmac.compare_digest(signature, _signature(key, purpose, payload)) for key in keys)
+
+
+def sign(key: bytes, purpose: str, claims: dict[str, str | int], expires_at: datetime) -> str:
     if "exp" in claims:
         raise ValueError("'exp' is set from expires_at")
     body = json.dumps({**claims, "exp": int(expires_at.timestamp())}, separators=(",", ":"),
                       sort_keys=True)
     payload = _b64(body.encode())
-    return f"{payload}.{_signature(secret, purpose, payload)}"
+    return f"{payload}.{_signature(key, purpose, payload)}"
 
 
-def verify(secret: str, purpose: str, token: str, now: datetime) -> dict[str, str | int]:
+def verify(keys: Sequence[bytes], purpose: str, token: str, now: datetime) -> dict[str, str | int]:
     """The token's claims (without 'exp'), or TokenInvalid / TokenExpired."""
     if len(token) > MAX_TOKEN_LENGTH or token.count(".") != 1:
         raise TokenInvalid("This link is not valid.")
     payload, signature = token.split(".")
-    if not hmac.compare_digest(signature, _signature(secret, purpose, payload)):
+    if not signed_by_any(keys, purpose, payload, signature):
         raise TokenInvalid("This link is not valid.")
     try:
         claims = json.loads(_unb64(payload))

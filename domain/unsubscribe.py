@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -21,15 +22,15 @@ class UnsubscribeScope:
     category: str
 
 
-def unsubscribe_token(secret: str, tenant: str, user_id: int, category: str, now: datetime) -> str:
+def unsubscribe_token(key: bytes, tenant: str, user_id: int, category: str, now: datetime) -> str:
     """For the email's List-Unsubscribe header: `{portal_url}/unsubscribe/{token}`."""
     claims: dict[str, str | int] = {"tenant": tenant, "user": user_id, "category": valid_category(category)}
-    return sign(secret, PURPOSE, claims, now + LIFETIME)
+    return sign(key, PURPOSE, claims, now + LIFETIME)
 
 
-def read_unsubscribe_token(secret: str, token: str, now: datetime) -> UnsubscribeScope:
+def read_unsubscribe_token(keys: Sequence[bytes], token: str, now: datetime) -> UnsubscribeScope:
     """The token's scope, or TokenInvalid / TokenExpired (both InvalidInput)."""
-    claims = verify(secret, PURPOSE, token, now)
+    claims = verify(keys, PURPOSE, token, now)
     tenant, user, category = claims.get("tenant"), claims.get("user"), claims.get("category")
     if not isinstance(tenant, str) or not isinstance(user, int) or not isinstance(category, str):
         raise TokenInvalid("This link is not valid.")

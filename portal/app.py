@@ -15,7 +15,6 @@ from litestar.di import Provide
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
-from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
@@ -37,12 +36,13 @@ from portal.routes import (
     preferences,
     unsubscribe,
 )
-from portal.sessions import SESSION_NAMESPACE, session_config
+from portal.sessions import STORE, SessionStore, session_config
 from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
 from tocsin import runtime
 from tocsin.config import Settings, load_settings
 from tocsin.queues import QueueInspector
+from tocsin.signing_keys import signing_keys
 
 # static/ sits next to portal/ in the checkout and, installed from the wheel, in site-packages
 # (pyproject.toml ships it): the one beside this portal, never some other folder on sys.path.
@@ -62,6 +62,8 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
     "object-src 'none'"
 )
+# Behind https (PORTAL_URL), browsers must never fall back to http for this host.
+HSTS = "max-age=31536000"  # seconds: one year
 
 
 def create_app(
@@ -70,6 +72,7 @@ def create_app(
     # Read once for the process (uvicorn's factory mode passes nothing), then handed down:
     # handlers read request.app.state.settings (portal.settings.app_settings).
     settings = runtime.start(settings or load_settings())
+    keys = signing_keys(settings)  # refuses the published default outside the embedded services
     # Renewals and invitations hand their emails to the workers once they commit.
     runtime.start_messaging(settings)
     portal_settings = portal_settings or load_portal_settings(settings.portal_url)
@@ -82,9 +85,12 @@ def create_app(
     redis_pool = BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_SECONDS
     )
-    sessions = RedisStore(
-        AsyncRedis(connection_pool=redis_pool), namespace=SESSION_NAMESPACE, handle_client_shutdown=True
+    sessions = SessionStore(
+        AsyncRedis(connection_pool=redis_pool), settings.dramatiq_namespace, keys.session,
+        idle_seconds=settings.session_idle_seconds, absolute_seconds=settings.session_absolute_seconds,
     )
+    secure_headers = [ResponseHeader(name="Strict-Transport-Security", value=HSTS)] \
+        if portal_settings.secure_cookies else []
     listener = InboxListener(
         settings.redis_url, settings.dramatiq_namespace,
         per_user=portal_settings.inbox_streams_per_user,
@@ -115,20 +121,21 @@ def create_app(
         ],
         guards=[requires_login],
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
-        middleware=[session_config(secure=portal_settings.secure_cookies).middleware],
-        stores={"sessions": sessions},
+        middleware=[session_config(secure=portal_settings.secure_cookies,
+                                   idle_seconds=settings.session_idle_seconds).middleware],
         state=State({"settings": settings, "portal_settings": portal_settings,
                      "inbox_listener": listener, "export_budget": exports,
+                     "signing_keys": keys, STORE: sessions,
                      "login_throttle": LoginThrottle.from_url(settings.redis_url),
                      "queue_inspector": QueueInspector.for_redis(settings.redis_url,
                                                                  settings.dramatiq_namespace),
                      "password_checks": PasswordChecks(
                          portal_settings.password_checks_at_once,
                          portal_settings.password_check_wait_seconds)}),
-        on_shutdown=[listener.close, exports.close],
+        on_shutdown=[listener.close, exports.close, sessions.redis.aclose, redis_pool.disconnect],
         request_max_body_size=REQUEST_MAX_BODY_BYTES,
         csrf_config=CSRFConfig(
-            secret=settings.session_secret,
+            secret=keys.csrf.current.hex(),
             cookie_name="tocsin_csrf",
             cookie_secure=portal_settings.secure_cookies,
             cookie_httponly=True,  # the token reaches forms and htmx through the page itself
@@ -148,6 +155,7 @@ def create_app(
             ResponseHeader(name="Content-Security-Policy", value=CONTENT_SECURITY_POLICY),
             ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
             ResponseHeader(name="Referrer-Policy", value="same-origin"),
+            *secure_headers,
         ],
         openapi_config=None,
         debug=False,

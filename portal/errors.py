@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from litestar import Request, Response
+from litestar.datastructures import Cookie
 from litestar.exceptions import (
     HTTPException,
     NotAuthorizedException,
@@ -26,6 +27,7 @@ from litestar.types import ExceptionHandlersMap
 
 from db.errors import DatabaseUnavailable, NotMigrated
 from domain.errors import Busy, Conflict, InvalidInput, NotFound
+from domain.licence import RenewalRefused
 from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 
 log = logging.getLogger("tocsin.portal")
@@ -74,6 +76,8 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
         )
     if isinstance(exc, InvalidInput):
         return ErrorPage(400, "That didn't work", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+    if isinstance(exc, RenewalRefused):
+        return ErrorPage(403, "Renewal isn't available", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, Conflict):
         return ErrorPage(409, "That already exists", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, Busy):
@@ -152,6 +156,9 @@ def _signed_out(request: AnyRequest) -> Response[Any]:
     return Redirect(login_url(back), status_code=HTTP_303_SEE_OTHER)
 
 
+_EXPIRED_CSRF = Cookie(key="tocsin_csrf", value="", max_age=0, expires=0, httponly=True, samesite="lax")
+
+
 def handle_exception(request: AnyRequest, exc: Exception) -> Response[Any]:
     if isinstance(exc, NotAuthorizedException):
         return _signed_out(request)
@@ -159,14 +166,18 @@ def handle_exception(request: AnyRequest, exc: Exception) -> Response[Any]:
         return _wall(request, exc)
     page = error_page_for(request, exc)
     headers = {} if page.retry_after is None else {"Retry-After": str(page.retry_after)}
+    # A CSRF cookie that no longer verifies (signed before a key rotation) would be reused by
+    # every page as it is: drop it, so that reloading the page mints a fresh one.
+    cookies = [_EXPIRED_CSRF] if page is FORM_EXPIRED else []
     if _is_htmx(request):
         # htmx swaps error responses (see the htmx-config meta tag) into the page's flash
         # region instead of the element that asked.
         return Template(
             "_flash.html", context={"page": page}, status_code=page.status,
-            headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML", **headers},
+            headers={"HX-Retarget": "#flash", "HX-Reswap": "innerHTML", **headers}, cookies=cookies,
         )
-    return Template("error.html", context={"page": page}, status_code=page.status, headers=headers)
+    return Template("error.html", context={"page": page}, status_code=page.status, headers=headers,
+                    cookies=cookies)
 
 
 exception_handlers: ExceptionHandlersMap = {Exception: handle_exception}

@@ -1,12 +1,28 @@
-"""Server-side sessions in Redis that hold only who is signed in: a tenant slug and a user id.
+"""Server-side sessions in Redis that hold only who is signed in: a tenant slug, a user id and
+when they signed in.
 
-Litestar's server-side backend keeps the session id from the cookie for ever; signing in
-must mint a new one (or whoever planted the old id before sign-in would share the session),
-and an anonymous visitor should not leave a key in Redis, so this backend does both.
+What Litestar's server-side backend does not do, and this one does:
+- a fresh id at every sign-in (whoever planted an id before sign-in must not share the
+  session), and no Redis key for an anonymous visitor;
+- the cookie carries the id signed with the session key (tocsin.signing_keys; previous
+  secrets still verify), so an id from another deployment or a guessed one is never looked up;
+- keys under the deployment's namespace (``{DRAMATIQ_NAMESPACE}:session:``), so two
+  deployments sharing a Redis never accept each other's cookies;
+- two lifetimes: idle (slides with each request) and absolute (from sign-in, never slides);
+- an index of each user's session ids, so sign-out and deactivation end all of them;
+- a request that loaded a session only ever extends the existing key (EXPIRE / SET XX, both
+  atomic no-ops on a missing key): a request in flight during sign-out cannot bring the
+  session back.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +33,15 @@ from litestar.middleware.session.server_side import (
     ServerSideSessionConfig,
 )
 from litestar.types import Empty, Message, ScopeSession
+from redis.asyncio import Redis as AsyncRedis
+
+from tocsin.signing_keys import KeyRing, Purpose
 
 SESSION_COOKIE = "tocsin_session"
-SESSION_NAMESPACE = "tocsin-session"  # Redis key prefix of every session
-SESSION_MAX_AGE = 8 * 60 * 60  # seconds of inactivity after which a session ends
+SESSION_ID_BYTES = 32  # random bytes of a session id
 _ROTATE = "tocsin.rotate_session"  # connection-state flag set by start_session
+_LOADED = "tocsin.loaded_session"  # connection state: (id, data) of the session this request loaded
+STORE = "session_store"  # app-state key of the SessionStore
 
 AnyConnection = ASGIConnection[Any, Any, Any, Any]
 
@@ -32,6 +52,106 @@ class SessionIdentity:
     user_id: int
 
 
+class SessionStore:
+    """The sessions of one deployment in Redis, and the index of each user's sessions."""
+
+    def __init__(self, redis: AsyncRedis, namespace: str, keys: KeyRing, *,
+                 idle_seconds: int, absolute_seconds: int):
+        self.redis = redis
+        self.prefix = f"{namespace}:session"
+        self.keys = keys
+        self.idle_seconds = idle_seconds  # seconds of inactivity after which a session ends
+        self.absolute_seconds = absolute_seconds  # seconds after sign-in when it ends regardless
+
+    def _key(self, session_id: str) -> str:
+        return f"{self.prefix}:{session_id}"
+
+    def _index(self, tenant: str, user_id: int) -> str:
+        return f"{self.prefix}-index:{tenant}:{user_id}"
+
+    def _mac(self, key: bytes, session_id: str) -> str:
+        digest = hmac.new(key, f"{Purpose.SESSION.value}.{session_id}".encode(), hashlib.sha256)
+        return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
+
+    def cookie_value(self, session_id: str) -> str:
+        return f"{session_id}.{self._mac(self.keys.current, session_id)}"
+
+    def verified_id(self, cookie: str | None) -> str | None:
+        """The session id a cookie carries, if one of our keys signed it."""
+        if not cookie or cookie.count(".") != 1 or len(cookie) > 200:
+            return None
+        session_id, mac = cookie.split(".")
+        if not any(hmac.compare_digest(mac, self._mac(key, session_id)) for key in self.keys.verifying):
+            return None
+        return session_id
+
+    def _ttl(self, data: dict[str, Any], now: float) -> int:
+        """Seconds this session may live from now: the idle lifetime, never past the absolute."""
+        started = data.get("started")
+        left = (float(started) + self.absolute_seconds - now) if isinstance(started, int | float) else 0
+        return int(min(self.idle_seconds, left))
+
+    async def load(self, session_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.get(self._key(session_id))
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or self._ttl(data, time.time()) <= 0:
+            await self.redis.delete(self._key(session_id))
+            return None
+        return data
+
+    async def create(self, data: dict[str, Any]) -> tuple[str, int]:
+        """A new session for a sign-in: its id and its lifetime in seconds."""
+        session_id = secrets.token_hex(SESSION_ID_BYTES)
+        data = {**data, "started": int(time.time())}
+        ttl = min(self.idle_seconds, self.absolute_seconds)
+        index = self._index(str(data["tenant"]), int(data["user_id"]))
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self._key(session_id), json.dumps(data), ex=ttl)
+            pipe.sadd(index, session_id)
+            pipe.expire(index, self.absolute_seconds)
+            await pipe.execute()
+        return session_id, ttl
+
+    async def refresh(self, session_id: str, loaded: dict[str, Any], data: dict[str, Any]) -> int | None:
+        """Slide the idle lifetime (never past the absolute one) of a session that still
+        exists; None if it has ended meanwhile (signed out by another request)."""
+        ttl = self._ttl(loaded, time.time())
+        if ttl <= 0:
+            return None
+        if data == loaded:
+            kept = bool(await self.redis.expire(self._key(session_id), ttl))
+        else:  # the handler changed what the session holds: replace it, only if it exists
+            replaced = json.dumps({**data, "started": loaded["started"]})
+            kept = bool(await self.redis.set(self._key(session_id), replaced, ex=ttl, xx=True))
+        return ttl if kept else None
+
+    async def delete(self, session_id: str) -> None:
+        await self.redis.delete(self._key(session_id))
+
+    async def end_all(self, tenant: str, user_id: int) -> int:
+        """End every session of this user (sign-out, deactivation); how many were live."""
+        index = self._index(tenant, user_id)
+        ended = 0
+        while True:
+            # SPOP, not SMEMBERS + DEL: an id added meanwhile is popped in a later round.
+            ids = await self.redis.spop(index, 100)
+            if not ids:
+                return ended
+            names = [self._key(i.decode() if isinstance(i, bytes) else str(i)) for i in ids]
+            ended += int(await self.redis.delete(*names))
+
+
+def session_store(connection: AnyConnection) -> SessionStore:
+    store = connection.scope["app"].state[STORE]
+    assert isinstance(store, SessionStore)
+    return store
+
+
 def start_session(connection: AnyConnection, tenant: str, user_id: int) -> None:
     """Sign in: the session holds the tenant and the user, under a freshly minted id."""
     connection.set_session({"tenant": tenant, "user_id": user_id})
@@ -39,7 +159,8 @@ def start_session(connection: AnyConnection, tenant: str, user_id: int) -> None:
 
 
 def end_session(connection: AnyConnection) -> None:
-    """Sign out: the Redis key is deleted and the cookie expired when the response starts."""
+    """This session ends: the Redis key is deleted and the cookie expired when the response
+    starts (a guard finding the user gone; sign-out also calls end_all)."""
     connection.clear_session()
 
 
@@ -53,50 +174,64 @@ def session_identity(connection: AnyConnection) -> SessionIdentity | None:
     return SessionIdentity(tenant, user_id)
 
 
-class RotatingSessionBackend(ServerSideSessionBackend):
+class SignedSessionBackend(ServerSideSessionBackend):
+    async def load_from_connection(self, connection: AnyConnection) -> dict[str, Any]:
+        store = session_store(connection)
+        session_id = store.verified_id(connection.cookies.get(self.config.key))
+        if session_id is None:
+            return {}
+        data = await store.load(session_id)
+        if data is None:
+            return {}
+        connection.state[_LOADED] = (session_id, data)
+        return dict(data)
+
     async def store_in_message(
         self, scope_session: ScopeSession, message: Message, connection: AnyConnection
     ) -> None:
-        store = self.config.get_store_from_app(connection.scope["app"])
+        store = session_store(connection)
         headers = MutableScopeHeaders.from_message(message)
-        presented = connection.cookies.get(self.config.key)
-        if presented in (None, "", "null"):
-            presented = None
-        if scope_session is Empty or not scope_session:
-            if presented is not None:
-                await self.delete(presented, store)
+        loaded: tuple[str, dict[str, Any]] | None = connection.state.get(_LOADED)
+        presented = connection.cookies.get(self.config.key) not in (None, "", "null")
+        if scope_session is Empty or not isinstance(scope_session, dict) or not scope_session:
+            if loaded is not None:
+                await store.delete(loaded[0])
+            if presented:
                 headers.add("Set-Cookie", self._cookie("null", expires=0))
             return
-        if connection.state.get(_ROTATE) or presented is None:
-            if presented is not None:
-                await self.delete(presented, store)
-            session_id = self.generate_session_id()
+        if connection.state.get(_ROTATE) or loaded is None:
+            if loaded is not None:
+                await store.delete(loaded[0])
+            session_id, ttl = await store.create(dict(scope_session))
         else:
-            session_id = presented
-        await self.set(session_id, self.serialize_data(scope_session, connection.scope), store)
-        headers.add("Set-Cookie", self._cookie(session_id))
+            session_id = loaded[0]
+            refreshed = await store.refresh(session_id, loaded[1], dict(scope_session))
+            if refreshed is None:  # signed out while this request ran: it stays signed out
+                headers.add("Set-Cookie", self._cookie("null", expires=0))
+                return
+            ttl = refreshed
+        headers.add("Set-Cookie", self._cookie(store.cookie_value(session_id), max_age=ttl))
 
-    def _cookie(self, value: str, expires: int | None = None) -> str:
+    def _cookie(self, value: str, *, expires: int | None = None, max_age: int | None = None) -> str:
         config = self.config
         return Cookie(
             key=config.key, value=value, path=config.path, domain=config.domain,
             secure=config.secure, httponly=config.httponly, samesite=config.samesite,
-            max_age=None if expires is not None else config.max_age, expires=expires,
+            max_age=max_age, expires=expires,
         ).to_header(header="")
 
 
-class RotatingSessionConfig(ServerSideSessionConfig):
-    _backend_class = RotatingSessionBackend
+class SignedSessionConfig(ServerSideSessionConfig):
+    _backend_class = SignedSessionBackend
 
 
-def session_config(*, secure: bool) -> RotatingSessionConfig:
-    return RotatingSessionConfig(
+def session_config(*, secure: bool, idle_seconds: int) -> SignedSessionConfig:
+    return SignedSessionConfig(
         key=SESSION_COOKIE,
-        max_age=SESSION_MAX_AGE,
+        max_age=idle_seconds,
         secure=secure,
         httponly=True,
         samesite="lax",
-        store="sessions",
         # Static files and the health checks never need to know who is asking.
         exclude=["^/static/", "^/(healthz|readyz)$"],
     )

@@ -9,6 +9,7 @@ own Dramatiq namespace, so a shared Redis carries no messages between runs.
 from __future__ import annotations
 
 import os
+import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,11 @@ def _start_services() -> None:
     # Tests that are about the send rate set their own limiter; the rest should not wait.
     os.environ.setdefault("SES_MAX_SEND_RATE", "1000")
     os.environ["DRAMATIQ_NAMESPACE"] = f"tocsin-test-{uuid.uuid4().hex[:8]}"
+    # A random secret, as a deployment must have: no test passes thanks to the published
+    # default, and the portal and workers run under the production policy (no TOCSIN_EMBEDDED).
+    os.environ["SESSION_SECRET"] = secrets.token_urlsafe(48)
+    os.environ.pop("SESSION_SECRET_PREVIOUS", None)
+    os.environ.pop("TOCSIN_EMBEDDED", None)
     os.environ["TOCSIN_TEST_SERVICES_READY"] = "1"  # inherited by worker subprocesses
 
     from db.migrations import migrate_all

@@ -264,7 +264,7 @@ def cmd_status(args: argparse.Namespace) -> None:
 def cmd_up(args: argparse.Namespace) -> None:
     from tocsin.processes import run_everything
 
-    run_everything(seed=not args.no_demo)
+    run_everything(demo=args.demo)
 
 
 def cmd_web(args: argparse.Namespace) -> None:
@@ -354,8 +354,11 @@ def build_parser() -> Parser:
 
     p = command("up", cmd_up,
                 "run everything: embedded services, migrate, seed, web + worker + clock")
-    p.add_argument("--no-demo", action="store_true",
-                   help="do not create the demo tenant (for a database you care about)")
+    demo = p.add_mutually_exclusive_group()
+    demo.add_argument("--demo", dest="demo", action="store_true", default=None,
+                      help="seed the demo tenant (published password) even into DATABASE_URL's database")
+    demo.add_argument("--no-demo", dest="demo", action="store_false",
+                      help="do not seed the demo tenant, even on the embedded PostgreSQL")
     command("web", cmd_web, "run the portal (ASGI server)")
     p = command("worker", cmd_worker, "run the Dramatiq worker (own session, signals forwarded)")
     p.add_argument("--processes", type=positive_count, default=2)

@@ -17,7 +17,9 @@ class ConfigError(Exception):
     """A setting is missing or malformed."""
 
 
-SECRET_FIELDS = frozenset({"aws_secret_access_key", "session_secret"})
+SECRET_FIELDS = frozenset({"aws_secret_access_key", "session_secret", "previous_session_secrets"})
+# Published in the source: tocsin.signing_keys refuses it outside the embedded services.
+DEV_SESSION_SECRET = "dev-only-session-secret-change-me"
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,13 @@ class Settings:
     ops_topic_arn: str | None = None  # SNS topic for ops alerts; unset: alerts only logged
     # SNS signing certificates and subscription URLs must match this (scheme and host).
     sns_trusted_url_pattern: str = r"^https://sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/"
+    # Secrets whose keys still verify but never sign (key rotation), newest first.
+    previous_session_secrets: tuple[str, ...] = field(default=(), repr=False)
+    # TOCSIN_EMBEDDED=1: set by `tocsin up` only when it started PostgreSQL itself.
+    embedded: bool = False
+    # Session lifetimes in seconds: idle (slides with each request) and absolute (never slides).
+    session_idle_seconds: int = 8 * 60 * 60
+    session_absolute_seconds: int = 24 * 60 * 60
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -119,7 +128,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         portal_url=env.get("PORTAL_URL", f"http://{host}:{port}").rstrip("/"),
         web_host=host,
         web_port=port,
-        session_secret=env.get("SESSION_SECRET", "dev-only-session-secret-change-me"),
+        session_secret=env.get("SESSION_SECRET") or DEV_SESSION_SECRET,
         dramatiq_namespace=env.get("DRAMATIQ_NAMESPACE", "tocsin"),
         scan_interval_seconds=env_int(env, "SCAN_INTERVAL_SECONDS", 15 * 60),
         delivery_lease_seconds=env_int(env, "DELIVERY_LEASE_SECONDS", 5 * 60),
@@ -131,4 +140,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         stuck_grace_seconds=env_int(env, "STUCK_GRACE_SECONDS", 30 * 60, minimum=0),
         ops_topic_arn=env.get("OPS_TOPIC_ARN") or None,
         sns_trusted_url_pattern=_pattern(env, "SNS_TRUSTED_URL_PATTERN", Settings.sns_trusted_url_pattern),
+        previous_session_secrets=tuple(
+            s.strip() for s in env.get("SESSION_SECRET_PREVIOUS", "").split(",") if s.strip()
+        ),
+        embedded=env.get("TOCSIN_EMBEDDED", "") == "1",
+        session_idle_seconds=env_int(env, "SESSION_IDLE_SECONDS", 8 * 60 * 60, minimum=60),
+        session_absolute_seconds=env_int(env, "SESSION_ABSOLUTE_SECONDS", 24 * 60 * 60, minimum=60),
     )

@@ -18,6 +18,7 @@ from types import FrameType
 from tocsin import runtime
 from tocsin.config import load_settings
 from tocsin.services import start_embedded, wants_local_aws
+from tocsin.signing_keys import kept_session_secret, require_strong_secret
 
 # Seconds a stopping web process waits for open requests: open inbox event streams never
 # finish by themselves, and their browsers reconnect to the next process anyway.
@@ -37,6 +38,7 @@ def run_web() -> None:
     from portal.app import create_app
 
     settings = load_settings()  # once for the process: the app is built from these
+    require_strong_secret(settings)  # one line and exit 2 (tocsin.cli), before any socket opens
     # uvicorn's own proxy headers off: it would believe X-Forwarded-For from 127.0.0.1 by
     # default; the portal reads the header only from TRUSTED_PROXIES (portal.client_address).
     uvicorn.run(
@@ -58,6 +60,7 @@ def run_worker(processes: int, threads: int) -> int:
     """
     from actors.worker import WORKER_BROKER
 
+    require_strong_secret(load_settings())  # it signs the unsubscribe links of every email
     command = [sys.executable, "-m", "dramatiq", WORKER_BROKER,
                "--processes", str(processes), "--threads", str(threads)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
@@ -129,9 +132,17 @@ def status_command(started: dict[str, str]) -> str:
     return " ".join([*named, shlex.quote(str(Path(sys.executable).parent / "tocsin")), "status"])
 
 
-def run_everything(seed: bool = True) -> None:
-    """`make run`: start what the environment does not name, migrate, seed the demo
-    tenant, then run web, worker and clock under honcho until Ctrl-C."""
+def _why_no_demo(demo: bool | None) -> str:
+    if demo is False:
+        return "Demo tenant: not seeded (--no-demo)."
+    return ("Demo tenant: not seeded: DATABASE_URL names a database tocsin up did not start "
+            "(its published password must not reach it; add --demo to seed it anyway).")
+
+
+def run_everything(demo: bool | None = None) -> None:
+    """`make run`: start what the environment does not name, migrate, seed the demo tenant
+    (only into a PostgreSQL it started itself, unless ``demo`` says otherwise), then run
+    web, worker and clock under honcho until Ctrl-C."""
     procfile = _procfile()
     home = Path(os.environ.get("TOCSIN_HOME", ".tocsin")).resolve()
     print(f"Starting Tocsin (state in {home}) ...", flush=True)
@@ -141,7 +152,16 @@ def run_everything(seed: bool = True) -> None:
         env = {**os.environ, **services.env}
         for line in services.started:
             print(f"  started {line}", flush=True)
+        # "Embedded" is known, never guessed from a URL: this process started the PostgreSQL.
+        if services.started_postgres:
+            env["TOCSIN_EMBEDDED"] = "1"
+            if not env.get("SESSION_SECRET"):
+                env["SESSION_SECRET"] = kept_session_secret(home)
+        else:
+            env.pop("TOCSIN_EMBEDDED", None)
         settings = runtime.start(load_settings(env))
+        require_strong_secret(settings)  # before anything is written to a database we did not start
+        seed = services.started_postgres if demo is None else demo
         from db.migrations import migrate_all
         from tocsin.demo import seed_demo
 
@@ -151,7 +171,7 @@ def run_everything(seed: bool = True) -> None:
             from actors.ops import prepare_local_aws
 
             env.setdefault("OPS_TOPIC_ARN", prepare_local_aws(settings))
-        demo_lines = list(seed_demo()) if seed else []
+        demo_lines = list(seed_demo()) if seed else [_why_no_demo(demo)]
         honcho = shutil.which("honcho") or str(Path(sys.executable).parent / "honcho")
         print("", flush=True)
         print(f"  Portal:  {settings.portal_url}/", flush=True)

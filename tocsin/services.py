@@ -63,6 +63,11 @@ class EmbeddedServices:
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _postgres: Any = None
 
+    @property
+    def started_postgres(self) -> bool:
+        """Whether PostgreSQL is ours (embedded), not one DATABASE_URL named."""
+        return self._postgres is not None
+
     def stop(self) -> None:
         for process in reversed(self._processes):
             if process.poll() is None:

@@ -19,9 +19,10 @@ from db.clients import Client, get_client, list_clients, renew_licence
 from db.inbox import unread_count
 from db.tenancy import tenant_tx
 from domain.errors import NotFound
+from domain.licence import RENEWAL_WINDOW_DAYS
 from portal.auth import BEYOND_THE_WALL, CurrentViewer, Viewer, safe_next
 
-SOON = 30  # days before expiry from which the licence page speaks of renewing
+SOON = RENEWAL_WINDOW_DAYS  # days before expiry from which a client user may renew
 
 
 def _local_today(client: Client, viewer: Viewer) -> date:
@@ -89,6 +90,7 @@ def _renew(viewer: Viewer, client_id: int, expected: date) -> None:
         renew_licence(
             tx, client_id, _local_today(client, viewer), actor="user",
             actor_user_id=viewer.user.id, expected_expires_on=expected,
+            by_client_user=viewer.is_client_user,
         )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from litestar import Request, get, post
+from litestar.datastructures import Cookie
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, QueryParameter
 from litestar.response import Redirect, Template
@@ -18,8 +19,10 @@ from litestar.status_codes import (
 from portal.auth import PUBLIC, safe_next, sign_in
 from portal.client_address import client_address
 from portal.ratelimit import LoginThrottle, PasswordChecks
-from portal.sessions import end_session, start_session
+from portal.sessions import end_session, session_identity, session_store, start_session
 from portal.settings import PortalSettings
+
+CSRF_COOKIE = "tocsin_csrf"  # the name portal.app gives Litestar's CSRF cookie
 
 WRONG_CREDENTIALS = (
     "The email or password is wrong. Check them, and your organisation name, and try again."
@@ -100,10 +103,23 @@ def login(
         return _login_page(data, error=WRONG_CREDENTIALS, status=HTTP_400_BAD_REQUEST)
     throttle.record_success(data.organisation, data.email, address)
     start_session(request, viewer.tenant.slug, viewer.user.id)
-    return Redirect(safe_next(data.next), status_code=HTTP_303_SEE_OTHER)
+    return signed_in_redirect(request, safe_next(data.next))
 
 
-@post("/logout", opt={PUBLIC: True}, sync_to_thread=False)
-def logout(request: Request[Any, Any, Any]) -> Redirect:
+def signed_in_redirect(request: Request[Any, Any, Any], path: str) -> Redirect:
+    """After a sign-in: the CSRF cookie is dropped, so the next page mints a fresh token (a
+    token planted or read before sign-in is worth nothing after it)."""
+    secure = bool(request.app.state.portal_settings.secure_cookies)
+    return Redirect(path, status_code=HTTP_303_SEE_OTHER,
+                    cookies=[Cookie(key=CSRF_COOKIE, value="", max_age=0, expires=0, httponly=True,
+                                    secure=secure, samesite="lax")])
+
+
+@post("/logout", opt={PUBLIC: True})
+async def logout(request: Request[Any, Any, Any]) -> Redirect:
+    """Sign out everywhere: every session of this user ends, not only this browser's."""
+    identity = session_identity(request)
+    if identity is not None:
+        await session_store(request).end_all(identity.tenant, identity.user_id)
     end_session(request)
     return Redirect("/login?signed_out=1", status_code=HTTP_303_SEE_OTHER)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
+import anyio.to_thread
 from litestar import Request, get, post
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, FromPath, QueryParameter
@@ -30,8 +31,9 @@ from domain.errors import InvalidInput, NotFound
 from domain.identity import valid_role
 from domain.tokens import verify
 from portal.auth import PUBLIC, CurrentViewer, Viewer
-from portal.sessions import start_session
-from portal.settings import app_settings
+from portal.routes.login import signed_in_redirect
+from portal.sessions import session_store, start_session
+from tocsin.signing_keys import SigningKeys
 
 INVITATION_DAYS = 7  # days an invitation link works
 FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright
@@ -49,6 +51,11 @@ def _admin(viewer: Viewer) -> Viewer:
         raise NotFound("only administrators manage members")
     return viewer
 
+
+def _keys(request: Request[Any, Any, Any]) -> SigningKeys:
+    keys = request.app.state.signing_keys
+    assert isinstance(keys, SigningKeys)
+    return keys
 
 
 @get("/members", sync_to_thread=True)
@@ -85,10 +92,9 @@ def invite(request: Request[Any, Any, Any], viewer: CurrentViewer,
     if data.client_id and not data.client_id.isdigit():
         raise InvalidInput("choose a client organisation from the list")
     role = valid_role(data.role)
-    settings = app_settings(request)
     with tenant_tx(viewer.tenant.slug) as tx:  # the email is sent once this commits
         invite_member(
-            tx, data.email, role, viewer.user.id, secret=settings.session_secret,
+            tx, data.email, role, viewer.user.id, key=_keys(request).invitation.current,
             expires_at=datetime.now(UTC) + timedelta(days=INVITATION_DAYS),
             client_id=int(data.client_id) if data.client_id else None,
             display_name=data.display_name,
@@ -110,17 +116,24 @@ def change_role(viewer: CurrentViewer, user_id: FromPath[int], data: Annotated[R
     return Redirect("/members?done=role", status_code=HTTP_303_SEE_OTHER)
 
 
-@post("/members/{user_id:int}/deactivate", sync_to_thread=True)
-def deactivate_member(viewer: CurrentViewer, user_id: FromPath[int]) -> Redirect:
-    _admin(viewer)
+def _deactivate(viewer: Viewer, user_id: int) -> None:
     with tenant_tx(viewer.tenant.slug) as tx:
         deactivate(tx, viewer.user.id, user_id)
+
+
+@post("/members/{user_id:int}/deactivate")
+async def deactivate_member(request: Request[Any, Any, Any], viewer: CurrentViewer,
+                            user_id: FromPath[int]) -> Redirect:
+    _admin(viewer)
+    await anyio.to_thread.run_sync(_deactivate, viewer, user_id)
+    # Every session of theirs ends now, on every device, not only at their next click.
+    await session_store(request).end_all(viewer.tenant.slug, user_id)
     return Redirect("/members?done=deactivated", status_code=HTTP_303_SEE_OTHER)
 
 
 def _invitation(request: Request[Any, Any, Any], token: str) -> tuple[str, int]:
     """The tenant and invitation a link names; a tampered or expired link says so."""
-    claims = verify(app_settings(request).session_secret, INVITE_PURPOSE, token, datetime.now(UTC))
+    claims = verify(_keys(request).invitation.verifying, INVITE_PURPOSE, token, datetime.now(UTC))
     tenant, invitation = claims.get("tenant"), claims.get("invitation")
     if not isinstance(tenant, str) or not isinstance(invitation, int):
         raise InvalidInput("This link is not valid.")
@@ -170,4 +183,4 @@ def join(
                      "token": token, "error": error},
         )
     start_session(request, slug, user.id)
-    return Redirect("/", status_code=HTTP_303_SEE_OTHER)
+    return signed_in_redirect(request, "/")

@@ -20,7 +20,7 @@ from domain.errors import InvalidInput, NotFound
 from domain.tokens import TokenExpired
 from domain.unsubscribe import UnsubscribeScope, read_unsubscribe_token
 from portal.auth import PUBLIC
-from portal.settings import app_settings
+from tocsin.signing_keys import SigningKeys
 
 INVALID = ("This unsubscribe link is not valid",
            "It may have been copied incompletely. Open the link from your most recent email, "
@@ -31,7 +31,9 @@ EXPIRED = ("This unsubscribe link has expired",
 
 
 def _scope(request: Request[Any, Any, Any], token: str) -> UnsubscribeScope:
-    return read_unsubscribe_token(app_settings(request).session_secret, token, datetime.now(UTC))
+    keys = request.app.state.signing_keys
+    assert isinstance(keys, SigningKeys)
+    return read_unsubscribe_token(keys.unsubscribe.verifying, token, datetime.now(UTC))
 
 
 def _refused(error: Exception) -> Template:

@@ -25,6 +25,7 @@ from tests.integration.portal_support import (
     signed_in,
 )
 from tocsin.config import load_settings
+from tocsin.signing_keys import signing_keys
 
 NEW_PASSWORD = "a brand new passphrase"
 
@@ -90,12 +91,12 @@ def test_an_invitation_link_works_once(portal: PortalClient, people: People) -> 
 def test_an_expired_or_tampered_link_is_refused(portal: PortalClient, people: People) -> None:
     link = invite(portal, people, "late@example.com")
     invitation = scalar(people.tenant, "SELECT max(id) FROM invitations")
-    secret = load_settings().session_secret
-    stale = sign(secret, "invite", {"tenant": people.tenant.slug, "invitation": invitation},
-                 datetime.now(UTC) - timedelta(seconds=1))
+    keys = signing_keys(load_settings())
+    claims: dict[str, str | int] = {"tenant": people.tenant.slug, "invitation": invitation}
+    stale = sign(keys.invitation.current, "invite", claims, datetime.now(UTC) - timedelta(seconds=1))
     forged = link[:-3] + ("AAA" if not link.endswith("AAA") else "BBB")
-    other_purpose = sign(secret, "unsubscribe", {"tenant": people.tenant.slug, "invitation": invitation},
-                         datetime.now(UTC) + timedelta(days=1))
+    # The right purpose label, signed with another purpose's key.
+    other_purpose = sign(keys.unsubscribe.current, "invite", claims, datetime.now(UTC) + timedelta(days=1))
 
     expired = portal.get(f"/invitations/{stale}")
     tampered = portal.get(forged)

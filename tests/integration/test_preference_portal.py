@@ -20,6 +20,7 @@ from domain.unsubscribe import unsubscribe_token
 from portal.app import create_app
 from tests.integration.conftest import new_tenant, remove_tenant
 from tocsin.config import load_settings
+from tocsin.signing_keys import signing_keys
 
 PASSWORD = "correct horse battery"
 HTMX = {"HX-Request": "true", "HX-Current-URL": "http://testserver.local/preferences"}
@@ -68,8 +69,8 @@ def _lock(tenant: Tenant, admin: User, category: str = LICENCE) -> None:
 
 
 def _token(tenant: Tenant, user: User, category: str = LICENCE, now: datetime | None = None) -> str:
-    return unsubscribe_token(load_settings().session_secret, tenant.slug, user.id, category,
-                             now or datetime.now(UTC))
+    key = signing_keys(load_settings()).unsubscribe.current
+    return unsubscribe_token(key, tenant.slug, user.id, category, now or datetime.now(UTC))
 
 
 def test_the_preference_centre_shows_the_matrix_and_saves_a_row_with_an_inline_confirmation(
@@ -214,8 +215,8 @@ def test_an_unsubscribe_token_acts_only_in_its_own_tenant(portal: PortalClient, 
         # A token naming a user the tenant does not have, or a tenant that does not exist.
         ghost = User(theirs.id + 1000, "ghost@example.com", "", Role.MEMBER, None, True)
         for token in (_token(tenant, ghost),
-                      unsubscribe_token(load_settings().session_secret, "nosuchtenant", mine.id, LICENCE,
-                                        datetime.now(UTC))):
+                      unsubscribe_token(signing_keys(load_settings()).unsubscribe.current,
+                                        "nosuchtenant", mine.id, LICENCE, datetime.now(UTC))):
             refused = portal.post(f"/unsubscribe/{token}")
             assert refused.status_code == 400 and "not valid" in refused.text
         assert _email_on(tenant, mine)

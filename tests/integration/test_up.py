@@ -7,15 +7,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 
 from tests.integration.conftest import wait_until
@@ -30,13 +35,14 @@ TEST_SERVICES = ("DATABASE_URL", "REDIS_URL", "SES_ENDPOINT_URL", "DRAMATIQ_NAME
 
 
 class Up:
-    def __init__(self, home: Path, port: int):
+    def __init__(self, home: Path, port: int, *args: str, **settings: str):
         self.home = home
-        env = {k: v for k, v in os.environ.items() if k not in TEST_SERVICES}
-        env |= {"TOCSIN_HOME": str(home), "PORT": str(port), "PYTHONUNBUFFERED": "1"}
+        env = {k: v for k, v in os.environ.items()
+               if k not in (*TEST_SERVICES, "SESSION_SECRET", "SESSION_SECRET_PREVIOUS", "TOCSIN_EMBEDDED")}
+        env |= {"TOCSIN_HOME": str(home), "PORT": str(port), "PYTHONUNBUFFERED": "1", **settings}
         self.log = (home / "up.log").open("w+")
         # Its own session, so that a Ctrl-C can be sent to the whole group, as a terminal does.
-        self.process = subprocess.Popen([TOCSIN, "up"], cwd=ROOT, env=env, stdout=self.log,
+        self.process = subprocess.Popen([TOCSIN, "up", *args], cwd=ROOT, env=env, stdout=self.log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
 
     def output(self) -> str:
@@ -76,6 +82,10 @@ def test_make_run_serves_the_login_page_sends_the_demo_reminders_and_stops_on_ct
     ses = re.search(r"Sent email \(local SES\): (\S+)", banner)
     assert portal and ses, banner
     assert "admin@demo.example" in banner and "password 'tocsin-demo'" in banner
+    # The embedded services' secret: generated once, readable by its owner only.
+    secret_file = up.home / "session-secret"
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    secret = secret_file.read_text()
 
     def login_page() -> bool:
         try:
@@ -123,6 +133,7 @@ def test_make_run_serves_the_login_page_sends_the_demo_reminders_and_stops_on_ct
         second = again.output()
         assert "migrations: 0 applied" in second
         assert "Demo tenant already seeded; reusing it." in second
+        assert secret_file.read_text() == secret
         again.ctrl_c()
     finally:
         if again.process.poll() is None:
@@ -143,3 +154,81 @@ def _processes_using(home: Path) -> list[str]:
             if str(home) in cmdline:
                 found.append(cmdline)
     return found
+
+
+@pytest.fixture
+def their_database() -> Iterator[str]:
+    """A database `tocsin up` did not start: an empty one on the test server."""
+    name = f"theirs_{uuid.uuid4().hex[:8]}"
+    server = os.environ["DATABASE_URL"]
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(server)
+    try:
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def _on(database: str) -> dict[str, str]:
+    return {"DATABASE_URL": database, "REDIS_URL": os.environ["REDIS_URL"],
+            "SES_ENDPOINT_URL": os.environ["SES_ENDPOINT_URL"],
+            "DRAMATIQ_NAMESPACE": f"tocsin-up-{uuid.uuid4().hex[:8]}"}
+
+
+def _tenants(database: str) -> list[str] | None:
+    """The tenants of that database, or None if nothing was ever written there."""
+    with psycopg.connect(database) as conn:
+        if conn.execute("SELECT to_regclass('control.tenants')").fetchone() == (None,):
+            return None
+        return [str(r[0]) for r in conn.execute("SELECT slug FROM control.tenants")]
+
+
+def _run_up(home: Path, *args: str, **settings: str) -> str:
+    """`tocsin up` until its banner, then Ctrl-C; its output."""
+    running = Up(home, free_port(), *args, **settings)
+    try:
+        wait_until(lambda: "Press Ctrl-C" in running.output() or running.process.poll() is not None,
+                   "tocsin up to start", UP_LIMIT)
+        output = running.output()
+        assert running.ctrl_c() == 0, output
+        return output
+    finally:
+        if running.process.poll() is None:
+            os.killpg(running.process.pid, signal.SIGKILL)
+            running.process.wait(timeout=30)
+        running.log.close()
+
+
+def test_tocsin_up_on_a_database_it_did_not_start_refuses_the_published_secret_and_writes_nothing(
+    their_database: str, tmp_path: Path
+) -> None:
+    refused = subprocess.run([TOCSIN, "up"], cwd=ROOT, capture_output=True, text=True, timeout=UP_LIMIT,
+                             env={**{k: v for k, v in os.environ.items() if k not in (
+                                 "SESSION_SECRET", "TOCSIN_EMBEDDED", "TOCSIN_TEST_SERVICES_READY")},
+                                  "TOCSIN_HOME": str(tmp_path), "PORT": str(free_port()),
+                                  **_on(their_database)})
+
+    assert refused.returncode == 2
+    errors = refused.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("tocsin: error: SESSION_SECRET "), refused.stderr
+    assert _tenants(their_database) is None
+    assert not (tmp_path / "session-secret").exists()
+
+
+def test_tocsin_up_seeds_the_demo_into_a_database_it_did_not_start_only_when_asked(
+    their_database: str, tmp_path: Path
+) -> None:
+    settings = {**_on(their_database), "SESSION_SECRET": secrets.token_urlsafe(48)}
+
+    plain = _run_up(tmp_path, **settings)
+
+    assert "Demo tenant: not seeded" in plain and "add --demo" in plain
+    assert "tocsin-demo" not in plain
+    assert _tenants(their_database) == []
+
+    asked = _run_up(tmp_path, "--demo", **settings)
+
+    assert "admin@demo.example" in asked and "password 'tocsin-demo'" in asked
+    assert _tenants(their_database) == ["demo"]

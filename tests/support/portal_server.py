@@ -36,10 +36,11 @@ def _healthy(url: str) -> bool:
 
 @contextmanager
 def serve_portal(log_path: Path, **settings: str) -> Iterator[str]:
-    """Start the portal with these extra settings (e.g. INBOX_POLL_SECONDS="5"); its URL."""
+    """Start the portal with these extra settings (e.g. INBOX_POLL_SECONDS="5"); the URL it
+    listens on (PORTAL_URL may name another, as behind a TLS-terminating proxy)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, PORT=str(port), PORTAL_URL=url, **settings)
+    env = {**os.environ, "PORT": str(port), "PORTAL_URL": url, **settings}
     log_path.parent.mkdir(exist_ok=True)
     with log_path.open("wb") as log:
         server = subprocess.Popen(

@@ -8,8 +8,11 @@ import pytest
 from domain.identity import Plan
 from domain.licence import (
     CADENCE,
+    RENEWAL_WINDOW_DAYS,
     Outcome,
+    RenewalRefused,
     Stage,
+    check_client_renewal,
     current_milestone,
     milestone_outcomes,
     window_table,
@@ -108,3 +111,14 @@ def test_the_flat_window_table_matches_both_plans() -> None:
             assert (row.starts, row.ends) == (w.starts, w.ends)
     assert rows["expiry"].stage is Stage.EXPIRY and rows["closed"].stage is Stage.CLOSE
 
+
+
+def test_a_client_user_renews_only_within_the_window_or_once_expired_and_never_when_closed() -> None:
+    expires = date(2027, 6, 30)
+    assert RENEWAL_WINDOW_DAYS == 30  # from the d30 reminder on
+    check_client_renewal("active", expires, expires - timedelta(days=30))
+    check_client_renewal("expired", expires, expires + timedelta(days=3))
+    with pytest.raises(RenewalRefused, match="renewal opens 30 days before, on 2027-05-31"):
+        check_client_renewal("active", expires, expires - timedelta(days=31))
+    with pytest.raises(RenewalRefused, match="only an administrator"):
+        check_client_renewal("closed", expires, expires + timedelta(days=20))
