@@ -107,8 +107,30 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class Secrets:
+    """The signing secrets alone: what a process that must refuse a weak secret reads when
+    it needs nothing else (the worker's supervisor)."""
+
+    session_secret: str = field(repr=False)
+    previous_session_secrets: tuple[str, ...] = field(repr=False)
+    embedded: bool  # run by `tocsin up` on the PostgreSQL it started itself
+
+
+def load_secrets(env: Mapping[str, str] | None = None) -> Secrets:
+    env = os.environ if env is None else env
+    return Secrets(
+        session_secret=env.get("SESSION_SECRET") or DEV_SESSION_SECRET,
+        previous_session_secrets=tuple(
+            s.strip() for s in env.get("SESSION_SECRET_PREVIOUS", "").split(",") if s.strip()
+        ),
+        embedded=env.get("TOCSIN_EMBEDDED", "") == "1",
+    )
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
+    secrets = load_secrets(env)
     port = env_int(env, "PORT", 8000)
     host = env.get("WEB_HOST", "127.0.0.1")
     database_url = _required(env, "DATABASE_URL")
@@ -128,7 +150,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         portal_url=env.get("PORTAL_URL", f"http://{host}:{port}").rstrip("/"),
         web_host=host,
         web_port=port,
-        session_secret=env.get("SESSION_SECRET") or DEV_SESSION_SECRET,
+        session_secret=secrets.session_secret,
         dramatiq_namespace=env.get("DRAMATIQ_NAMESPACE", "tocsin"),
         scan_interval_seconds=env_int(env, "SCAN_INTERVAL_SECONDS", 15 * 60),
         delivery_lease_seconds=env_int(env, "DELIVERY_LEASE_SECONDS", 5 * 60),
@@ -140,10 +162,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         stuck_grace_seconds=env_int(env, "STUCK_GRACE_SECONDS", 30 * 60, minimum=0),
         ops_topic_arn=env.get("OPS_TOPIC_ARN") or None,
         sns_trusted_url_pattern=_pattern(env, "SNS_TRUSTED_URL_PATTERN", Settings.sns_trusted_url_pattern),
-        previous_session_secrets=tuple(
-            s.strip() for s in env.get("SESSION_SECRET_PREVIOUS", "").split(",") if s.strip()
-        ),
-        embedded=env.get("TOCSIN_EMBEDDED", "") == "1",
+        previous_session_secrets=secrets.previous_session_secrets,
+        embedded=secrets.embedded,
         session_idle_seconds=env_int(env, "SESSION_IDLE_SECONDS", 8 * 60 * 60, minimum=60),
         session_absolute_seconds=env_int(env, "SESSION_ABSOLUTE_SECONDS", 24 * 60 * 60, minimum=60),
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from tocsin import runtime
-from tocsin.config import load_settings
+from tocsin.config import load_secrets, load_settings
 from tocsin.services import start_embedded, wants_local_aws
 from tocsin.signing_keys import kept_session_secret, require_strong_secret
 
@@ -60,7 +60,9 @@ def run_worker(processes: int, threads: int) -> int:
     """
     from actors.worker import WORKER_BROKER
 
-    require_strong_secret(load_settings())  # it signs the unsubscribe links of every email
+    # It signs the unsubscribe links of every email. Only the secrets are read here: the
+    # rest of the settings are Dramatiq's to read (and a bad one is a crash to restart).
+    require_strong_secret(load_secrets())
     command = [sys.executable, "-m", "dramatiq", WORKER_BROKER,
                "--processes", str(processes), "--threads", str(threads)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")

@@ -24,7 +24,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from tocsin.config import DEV_SESSION_SECRET, ConfigError, Settings
+from tocsin.config import DEV_SESSION_SECRET, ConfigError, Secrets, Settings
 
 MIN_SECRET_BYTES = 32  # bytes (UTF-8) of SESSION_SECRET outside the embedded services
 KEY_BYTES = 32  # bytes of each derived key (HMAC-SHA256)
@@ -65,7 +65,7 @@ def weak_secret_reason(secret: str) -> str | None:
     return None
 
 
-def require_strong_secret(settings: Settings) -> None:
+def require_strong_secret(settings: Settings | Secrets) -> None:
     """ConfigError, one line naming the setting, unless every secret is strong enough (or
     the process runs on the embedded services, where `tocsin up` generated it)."""
     if settings.embedded:
