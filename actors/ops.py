@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tocsin.ops")
 
 LOCAL_OPS_TOPIC = "tocsin-ops"  # created on the local endpoint by `tocsin up` and the tests
+LOCAL_SES_EVENTS_TOPIC = "tocsin-ses-events"  # the local topic the SES hook accepts
 
 
 def sns(settings: Settings) -> SNSClient:
@@ -24,11 +25,14 @@ def sns(settings: Settings) -> SNSClient:
 
 
 def prepare_local_aws(settings: Settings) -> None:
-    """On the local endpoint: register the sender and create the ops topic, exporting its
-    ARN to this process and its children (real AWS is set up by an operator)."""
+    """On the local endpoint: register the sender and create the ops topic and the SES
+    events topic, exporting their ARNs (OPS_TOPIC_ARN, and SNS_ALLOWED_TOPIC_ARNS for the
+    hook) to this process and its children (real AWS is set up by an operator)."""
     SesMailer(settings).ensure_sender_identity()
-    arn = sns(settings).create_topic(Name=LOCAL_OPS_TOPIC)["TopicArn"]
-    os.environ.setdefault("OPS_TOPIC_ARN", arn)
+    client = sns(settings)
+    os.environ.setdefault("OPS_TOPIC_ARN", client.create_topic(Name=LOCAL_OPS_TOPIC)["TopicArn"])
+    events = client.create_topic(Name=LOCAL_SES_EVENTS_TOPIC)["TopicArn"]
+    os.environ.setdefault("SNS_ALLOWED_TOPIC_ARNS", events)
 
 
 def publish_alerts(slug: str) -> int:

@@ -74,7 +74,9 @@ def parse_instant(text: str) -> datetime:
     """An ISO-8601 instant; it must carry an offset, since a bare local time names no instant."""
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: year 1 with a positive offset
         raise InvalidInput(
             f"malformed instant {text!r}: use ISO-8601 with an offset, "
             "e.g. 2027-03-28T00:30:00+00:00"
