@@ -24,6 +24,7 @@ from db.tenancy import Tenant, tenant_tx
 from db.users import User, authenticate, get_user, spend_a_password_check
 from domain.errors import InvalidInput, NotFound
 from domain.identity import Role
+from portal.links import local_path
 from portal.sessions import AnyConnection, end_session, session_identity
 
 PUBLIC = "public"  # route opt: reachable without signing in
@@ -153,16 +154,10 @@ def provide_viewer(request: Request[Any, Any, Any]) -> Viewer:
 
 def safe_next(path: str | None) -> str:
     """Where to go after signing in: a path on this site, never another origin."""
-    if (
-        not path
-        or not path.startswith("/")
-        or path.startswith("//")
-        or "\\" in path
-        or any(ord(c) < 0x20 for c in path)
-        or path.startswith("/login")
-    ):
+    local = local_path(path)
+    if local is None or local.startswith("/login"):
         return "/"
-    return path
+    return local
 
 
 def login_url(next_path: str | None = None) -> str:
