@@ -24,6 +24,7 @@ from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
 from portal.live import InboxListener
 from portal.ratelimit import LoginThrottle
+from portal.redaction import install_log_redaction
 from portal.routes import (
     evidence,
     health,
@@ -59,6 +60,7 @@ CONTENT_SECURITY_POLICY = (
 def create_app(
     settings: Settings | None = None, portal_settings: PortalSettings | None = None
 ) -> Litestar:
+    install_log_redaction()  # however the app is served: tokens in paths never reach a log
     settings = settings or load_settings()
     portal_settings = portal_settings or load_portal_settings(settings.portal_url)
     environment = build_environment(

@@ -21,7 +21,10 @@ WEB_GRACEFUL_SHUTDOWN = 5
 def run_web() -> None:
     import uvicorn
 
+    from portal.redaction import install_log_redaction
+
     settings = load_settings()
+    install_log_redaction()  # before uvicorn logs its first line
     uvicorn.run(
         "portal.app:create_app", factory=True, host=settings.web_host, port=settings.web_port,
         log_level="info", proxy_headers=True, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
