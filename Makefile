@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint chromium bench bench-portal clean
+.PHONY: run test lint chromium fuzz bench bench-portal clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -38,6 +38,12 @@ chromium:
 
 test: lint chromium
 	$(BIN)/pytest
+
+# The fuzz tests with a large budget (`make test` runs them with FUZZ_REQUESTS=300): prints
+# the number of generated requests and of responses of 500 or more (the goal is none).
+FUZZ_REQUESTS ?= 6000
+fuzz: $(STAMP)
+	FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(BIN)/pytest tests/fuzz -q
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.scan

@@ -15,6 +15,9 @@ SLUG_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 SLUG_MAX_LENGTH = 40  # characters; keeps t_<slug> well under Postgres' 63-byte identifiers
 EMAIL_PATTERN = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 EMAIL_MAX_LENGTH = 254  # characters, RFC 5321
+# ASCII digits only: str.isdigit() also accepts "²" and "٣", which int() then refuses or
+# reads; 18 digits always fit a bigint.
+WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 class Role(StrEnum):
@@ -59,6 +62,13 @@ def _known_zones() -> frozenset[str]:
 
 
 _ZONES: frozenset[str] | None = None
+
+
+def parse_whole_number(text: str, message: str) -> int:
+    """A typed id or count, or InvalidInput with the message (say what to type)."""
+    if not WHOLE_NUMBER.fullmatch(text):
+        raise InvalidInput(message)
+    return int(text)
 
 
 def parse_date(text: str) -> date:

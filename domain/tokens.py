@@ -52,7 +52,9 @@ def sign(secret: str, purpose: str, claims: dict[str, str | int], expires_at: da
 
 def verify(secret: str, purpose: str, token: str, now: datetime) -> dict[str, str | int]:
     """The token's claims (without 'exp'), or TokenInvalid / TokenExpired."""
-    if len(token) > MAX_TOKEN_LENGTH or token.count(".") != 1:
+    # Tokens are ASCII (base64url and a dot); anything else is refused before hmac, whose
+    # compare_digest raises TypeError on non-ASCII text.
+    if len(token) > MAX_TOKEN_LENGTH or not token.isascii() or token.count(".") != 1:
         raise TokenInvalid("This link is not valid.")
     payload, signature = token.split(".")
     if not hmac.compare_digest(signature, _signature(secret, purpose, payload)):

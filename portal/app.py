@@ -12,6 +12,7 @@ from litestar import Litestar
 from litestar.config.csrf import CSRFConfig
 from litestar.datastructures import CacheControlHeader, ResponseHeader, State
 from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
@@ -58,8 +59,11 @@ CONTENT_SECURITY_POLICY = (
 
 
 def create_app(
-    settings: Settings | None = None, portal_settings: PortalSettings | None = None
+    settings: Settings | None = None, portal_settings: PortalSettings | None = None,
+    *, openapi: OpenAPIConfig | None = None,
 ) -> Litestar:
+    """The portal. `openapi` describes its routes for the fuzz tests (schemathesis); a
+    deployment serves no schema."""
     install_log_redaction()  # however the app is served: tokens in paths never reach a log
     settings = settings or load_settings()
     portal_settings = portal_settings or load_portal_settings(settings.portal_url)
@@ -123,6 +127,6 @@ def create_app(
             ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
             ResponseHeader(name="Referrer-Policy", value="same-origin"),
         ],
-        openapi_config=None,
+        openapi_config=openapi,
         debug=False,
     )
