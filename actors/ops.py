@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from actors.ses import SesMailer, aws_client
@@ -24,15 +23,16 @@ def sns(settings: Settings) -> SNSClient:
     return aws_client(settings, "sns")  # type: ignore[return-value]
 
 
-def prepare_local_aws(settings: Settings) -> None:
+def prepare_local_aws(settings: Settings) -> dict[str, str]:
     """On the local endpoint: register the sender and create the ops topic and the SES
-    events topic, exporting their ARNs (OPS_TOPIC_ARN, and SNS_ALLOWED_TOPIC_ARNS for the
-    hook) to this process and its children (real AWS is set up by an operator)."""
+    events topic; returns the settings naming them (OPS_TOPIC_ARN, SNS_ALLOWED_TOPIC_ARNS)
+    for the caller to hand to the processes it starts (real AWS is set up by an operator)."""
     SesMailer(settings).ensure_sender_identity()
     client = sns(settings)
-    os.environ.setdefault("OPS_TOPIC_ARN", client.create_topic(Name=LOCAL_OPS_TOPIC)["TopicArn"])
-    events = client.create_topic(Name=LOCAL_SES_EVENTS_TOPIC)["TopicArn"]
-    os.environ.setdefault("SNS_ALLOWED_TOPIC_ARNS", events)
+    return {
+        "OPS_TOPIC_ARN": client.create_topic(Name=LOCAL_OPS_TOPIC)["TopicArn"],
+        "SNS_ALLOWED_TOPIC_ARNS": client.create_topic(Name=LOCAL_SES_EVENTS_TOPIC)["TopicArn"],
+    }
 
 
 def publish_alerts(slug: str) -> int:

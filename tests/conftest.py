@@ -49,7 +49,8 @@ def _start_services() -> None:
         from actors.ops import prepare_local_aws
         from tocsin.config import load_settings
 
-        prepare_local_aws(load_settings())
+        for name, value in prepare_local_aws(load_settings()).items():
+            os.environ.setdefault(name, value)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

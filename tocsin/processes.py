@@ -80,7 +80,8 @@ def run_everything(seed: bool = True) -> None:
         if wants_local_aws(os.environ) or services.env.get("SES_ENDPOINT_URL"):
             from actors.ops import prepare_local_aws
 
-            prepare_local_aws(settings)
+            for name, value in prepare_local_aws(settings).items():
+                os.environ.setdefault(name, value)
         demo_lines = list(seed_demo()) if seed else []
         honcho = shutil.which("honcho") or str(Path(sys.executable).parent / "honcho")
         print("", flush=True)

@@ -105,7 +105,7 @@ def test_the_sns_json_reader_refuses_any_bytes_with_untrusted() -> None:
 
 
 def test_no_generated_token_or_sns_message_gets_a_server_error_from_the_portal(
-    portal: PortalClient, people: People, sns_signer: SnsSigner
+    sns_signer: SnsSigner, portal: PortalClient, people: People
 ) -> None:
     client = FuzzClient(portal, people)
     secret = load_settings().session_secret
@@ -143,3 +143,6 @@ def test_no_generated_token_or_sns_message_gets_a_server_error_from_the_portal(
         assert response.status_code < 500, f"{method} {path} {content!r}"[:2000]
 
     send()
+    # The signed messages above could reach the handler: a genuine one is accepted.
+    genuine_event = json.dumps(sns_signer.notification({"eventType": "Open", "mail": {}})).encode()
+    assert client.send("POST", "/hooks/ses", content=genuine_event).status_code == 200
