@@ -62,3 +62,15 @@ def test_digits_that_are_not_ascii_in_number_fields_are_refused_with_a_message(
     assert saved.status_code == 422 and "Pick a weekday" in saved.text
     assert scalar(people.tenant, "SELECT count(*) FROM delivery_schedules") == schedules
 
+
+
+def test_a_value_of_the_wrong_kind_names_the_field_it_was_given_for(
+    portal: PortalClient, people: People
+) -> None:
+    signed_in(portal, people, people.admin)
+    for url, field in (("/inbox/feed?id=abc&created_at=2027-01-01T00:00:00Z", "id"),
+                       ("/ledger?after_id=%C2%B2&after_at=2027-01-01T00:00:00Z", "after_id"),
+                       ("/login?signed_out=maybe", "signed_out")):
+        response = portal.get(url)
+        assert response.status_code == 400
+        assert f"We couldn\u2019t read \u201c{field}\u201d" in response.text
