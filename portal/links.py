@@ -20,15 +20,22 @@ def _plain_path(path: str) -> bool:
     return not parts.scheme and not parts.netloc
 
 
+def _leads_off_site(decoded: str) -> bool:
+    """A decoded form that would be scheme-relative once a browser drops tabs and newlines
+    and reads backslashes as slashes."""
+    start = "".join(c for c in decoded if c not in "\t\r\n").lstrip(" ").replace("\\", "/")
+    return not start.startswith("/") or start.startswith("//")
+
+
 def local_path(path: object) -> str | None:
     """The path when it can only lead to this site; None for anything else."""
-    if not isinstance(path, str) or not path or len(path) > MAX_LINK_LENGTH:
+    if not isinstance(path, str) or not path or len(path) > MAX_LINK_LENGTH or not _plain_path(path):
         return None
     decoded = path
-    for _ in range(DECODE_ROUNDS + 1):
-        if not _plain_path(decoded):
-            return None
+    for _ in range(DECODE_ROUNDS):
         decoded, previous = unquote(decoded), decoded
         if decoded == previous:
             return path
+        if _leads_off_site(decoded):
+            return None
     return None  # still changing after every round: encoded more deeply than any real link

@@ -23,6 +23,7 @@ OFF_SITE = [
     "/%5Cevil.example",
     "/%5cevil.example",
     "/%09/evil.example",
+    "/" + "%09" * 40 + "/evil.example",
     "/%252F/evil.example",  # encoded twice
     "/%25252F%25252Fevil.example",
     "https://evil.example/",
@@ -56,3 +57,8 @@ def test_a_link_that_is_not_text_is_dropped() -> None:
 
 def test_sign_in_never_returns_to_the_login_page_itself() -> None:
     assert safe_next("/login?next=/x") == "/"
+
+
+def test_encoded_characters_past_the_start_of_a_path_are_ordinary() -> None:
+    for path in ("/ledger?rule=a%20b", "/ledger?rule=a%5Cb", "/clients?q=%2F%2F"):
+        assert local_path(path) == path
