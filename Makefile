@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 CONSTRAINTS := constraints.txt
 LOCK_VENV := .venv-lock
 
-.PHONY: run test lint chromium bench bench-portal lock clean
+.PHONY: run test lint chromium fuzz bench bench-portal lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -57,6 +57,12 @@ chromium:
 
 test: lint chromium
 	$(BIN)/pytest
+
+# The fuzz tests with a large budget (`make test` runs them with FUZZ_REQUESTS=300): prints
+# the number of generated requests and of responses of 500 or more (the goal is none).
+FUZZ_REQUESTS ?= 6000
+fuzz: $(STAMP)
+	FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(BIN)/pytest tests/fuzz -q
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.scan

@@ -17,17 +17,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("tocsin.ops")
 
 LOCAL_OPS_TOPIC = "tocsin-ops"  # created on the local endpoint by `tocsin up` and the tests
+LOCAL_SES_EVENTS_TOPIC = "tocsin-ses-events"  # the local topic the SES hook accepts
 
 
 def sns(settings: Settings) -> SNSClient:
     return aws_client(settings, "sns")  # type: ignore[return-value]
 
 
-def prepare_local_aws(settings: Settings) -> str:
-    """On the local endpoint: register the sender and create the ops topic; returns its ARN
+def prepare_local_aws(settings: Settings) -> dict[str, str]:
+    """On the local endpoint: register the sender and create the ops topic and the SES
+    events topic; returns the settings naming them (OPS_TOPIC_ARN, SNS_ALLOWED_TOPIC_ARNS)
     for the caller to hand to the processes it starts (real AWS is set up by an operator)."""
     SesMailer(settings).ensure_sender_identity()
-    return str(sns(settings).create_topic(Name=LOCAL_OPS_TOPIC)["TopicArn"])
+    client = sns(settings)
+    return {
+        "OPS_TOPIC_ARN": client.create_topic(Name=LOCAL_OPS_TOPIC)["TopicArn"],
+        "SNS_ALLOWED_TOPIC_ARNS": client.create_topic(Name=LOCAL_SES_EVENTS_TOPIC)["TopicArn"],
+    }
 
 
 def publish_alerts(slug: str) -> int:

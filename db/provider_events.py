@@ -7,6 +7,8 @@ hard bounce or a complaint puts the address on the tenant's suppression list.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,6 +18,9 @@ from db.digests import mark_digest_items_delivered
 from db.pool import connection
 from db.tenancy import TenantTx, tenant_tx
 from domain.delivery import provider_event_move
+from domain.sns import SEEN_RETENTION
+
+PRUNE_BATCH = 100  # seen message ids removed per insert at most: pruning never stalls a hook call
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,14 @@ class Replayed(Exception):
 
 
 def _remember(conn: psycopg.Connection[tuple[object, ...]], message_id: str, topic_arn: str) -> None:
+    # Ids older than the retention are refused by their timestamp already; each insert
+    # removes a bounded batch of them, so the table stays as large as an hour's traffic.
+    conn.execute(
+        "DELETE FROM control.sns_messages WHERE message_id IN ("
+        " SELECT message_id FROM control.sns_messages WHERE received_at < now() - %s"
+        " ORDER BY received_at LIMIT %s FOR UPDATE SKIP LOCKED)",
+        [SEEN_RETENTION, PRUNE_BATCH],
+    )
     row = conn.execute(
         "INSERT INTO control.sns_messages (message_id, topic_arn) VALUES (%s, %s) "
         "ON CONFLICT DO NOTHING RETURNING 1",
@@ -40,6 +53,25 @@ def _remember(conn: psycopg.Connection[tuple[object, ...]], message_id: str, top
     ).fetchone()
     if row is None:
         raise Replayed(message_id)
+
+
+def confirm_subscription_once(
+    message_id: str, topic_arn: str, token: str, visit: Callable[[], None]
+) -> None:
+    """Confirm a subscription once: the message id and the token are recorded in the
+    transaction that visits the SubscribeURL (so a failed visit records nothing), and a
+    replay of either raises Replayed before any request is made."""
+    token_hash = hashlib.sha256(token.encode()).hexdigest()
+    with connection() as conn, conn.transaction():
+        _remember(conn, message_id, topic_arn)
+        row = conn.execute(
+            "INSERT INTO control.sns_subscriptions (token_sha256, topic_arn, message_id) "
+            "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            [token_hash, topic_arn, message_id],
+        ).fetchone()
+        if row is None:
+            raise Replayed(message_id)
+        visit()
 
 
 def record_notification(

@@ -15,6 +15,9 @@ SLUG_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 SLUG_MAX_LENGTH = 40  # characters; keeps t_<slug> well under Postgres' 63-byte identifiers
 EMAIL_PATTERN = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 EMAIL_MAX_LENGTH = 254  # characters, RFC 5321
+# ASCII digits only: str.isdigit() also accepts "²" and "٣", which int() then refuses or
+# reads; 18 digits always fit a bigint.
+WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 class Role(StrEnum):
@@ -61,6 +64,13 @@ def _known_zones() -> frozenset[str]:
 _ZONES: frozenset[str] | None = None
 
 
+def parse_whole_number(text: str, message: str) -> int:
+    """A typed id or count, or InvalidInput with the message (say what to type)."""
+    if not WHOLE_NUMBER.fullmatch(text):
+        raise InvalidInput(message)
+    return int(text)
+
+
 def parse_date(text: str) -> date:
     try:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
@@ -74,7 +84,9 @@ def parse_instant(text: str) -> datetime:
     """An ISO-8601 instant; it must carry an offset, since a bare local time names no instant."""
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: year 1 with a positive offset
         raise InvalidInput(
             f"malformed instant {text!r}: use ISO-8601 with an offset, "
             "e.g. 2027-03-28T00:30:00+00:00"

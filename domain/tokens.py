@@ -61,7 +61,9 @@ def sign(key: bytes, purpose: str, claims: dict[str, str | int], expires_at: dat
 
 def verify(keys: Sequence[bytes], purpose: str, token: str, now: datetime) -> dict[str, str | int]:
     """The token's claims (without 'exp'), or TokenInvalid / TokenExpired."""
-    if len(token) > MAX_TOKEN_LENGTH or token.count(".") != 1:
+    # Tokens are ASCII (base64url and a dot); anything else is refused before hmac, whose
+    # compare_digest raises TypeError on non-ASCII text.
+    if len(token) > MAX_TOKEN_LENGTH or not token.isascii() or token.count(".") != 1:
         raise TokenInvalid("This link is not valid.")
     payload, signature = token.split(".")
     if not signed_by_any(keys, purpose, payload, signature):

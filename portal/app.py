@@ -12,6 +12,7 @@ from litestar import Litestar
 from litestar.config.csrf import CSRFConfig
 from litestar.datastructures import CacheControlHeader, ResponseHeader, State
 from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
@@ -24,6 +25,7 @@ from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
 from portal.live import InboxListener
 from portal.ratelimit import LoginThrottle, PasswordChecks
+from portal.redaction import install_log_redaction
 from portal.routes import (
     evidence,
     health,
@@ -67,8 +69,12 @@ HSTS = "max-age=31536000"  # seconds: one year
 
 
 def create_app(
-    settings: Settings | None = None, portal_settings: PortalSettings | None = None
+    settings: Settings | None = None, portal_settings: PortalSettings | None = None,
+    *, openapi: OpenAPIConfig | None = None,
 ) -> Litestar:
+    """The portal. `openapi` describes its routes for the fuzz tests (schemathesis); a
+    deployment serves no schema."""
+    install_log_redaction()  # however the app is served: tokens in paths never reach a log
     # Read once for the process (uvicorn's factory mode passes nothing), then handed down:
     # handlers read request.app.state.settings (portal.settings.app_settings).
     settings = runtime.start(settings or load_settings())
@@ -157,6 +163,6 @@ def create_app(
             ResponseHeader(name="Referrer-Policy", value="same-origin"),
             *secure_headers,
         ],
-        openapi_config=None,
+        openapi_config=openapi,
         debug=False,
     )

@@ -8,6 +8,7 @@ it, so the Annual License Expired wall stands from the first request after expir
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 from urllib.parse import urlencode
@@ -24,6 +25,7 @@ from db.tenancy import Tenant, tenant_tx
 from db.users import User, authenticate, get_user, spend_a_password_check
 from domain.errors import InvalidInput, NotFound
 from domain.identity import Role
+from portal.links import local_path
 from portal.sessions import AnyConnection, end_session, session_identity
 
 PUBLIC = "public"  # route opt: reachable without signing in
@@ -103,16 +105,18 @@ class UnknownParameter(Exception):
     """A query parameter the route does not take: a clear 400 instead of being ignored."""
 
 
-# Per handler object (each app holds its own copies), computed on first use.
-_DECLARED_QUERY: WeakKeyDictionary[BaseRouteHandler, frozenset[str]] = WeakKeyDictionary()
+# Per handler function, computed on first use. Not per handler object: guards receive a
+# fresh copy of the handler on every request, and a multi-method @route handler cannot be
+# weakly referenced at all (that raised a TypeError, a 500, for any query on such a route).
+_DECLARED_QUERY: WeakKeyDictionary[Callable[..., Any], frozenset[str]] = WeakKeyDictionary()
 
 
 def declared_query_names(handler: BaseRouteHandler, path_params: frozenset[str]) -> frozenset[str]:
-    names = _DECLARED_QUERY.get(handler)
+    names = _DECLARED_QUERY.get(handler.fn)
     if names is None:
         model = handler.create_kwargs_model(dict.fromkeys(path_params))  # type: ignore[arg-type]
         names = frozenset(p.field_alias for p in model.expected_query_params)
-        _DECLARED_QUERY[handler] = names
+        _DECLARED_QUERY[handler.fn] = names
     return names
 
 
@@ -153,16 +157,10 @@ def provide_viewer(request: Request[Any, Any, Any]) -> Viewer:
 
 def safe_next(path: str | None) -> str:
     """Where to go after signing in: a path on this site, never another origin."""
-    if (
-        not path
-        or not path.startswith("/")
-        or path.startswith("//")
-        or "\\" in path
-        or any(ord(c) < 0x20 for c in path)
-        or path.startswith("/login")
-    ):
+    local = local_path(path)
+    if local is None or local.startswith("/login"):
         return "/"
-    return path
+    return local
 
 
 def login_url(next_path: str | None = None) -> str:

@@ -16,6 +16,7 @@ from litestar.exceptions import (
     HTTPException,
     NotAuthorizedException,
     PermissionDeniedException,
+    ValidationException,
 )
 from litestar.response import Redirect, Template
 from litestar.status_codes import (
@@ -66,6 +67,22 @@ def _reference() -> str:
     return secrets.token_hex(4).upper()
 
 
+def _invalid_fields(request: AnyRequest, exc: ValidationException) -> list[str]:
+    """The query or form fields Litestar could not convert (a letter where a number goes),
+    by the names the address or form uses (a parameter's alias, not its Python name)."""
+    extra = exc.extra if isinstance(exc.extra, list) else []
+    keys = {str(e["key"]) for e in extra if isinstance(e, dict) and e.get("key")}
+    handler = request.scope.get("route_handler")  # absent if routing itself failed
+    parameters = handler.parsed_fn_signature.parameters if handler is not None else {}
+    names = set()
+    for key in keys:
+        field = parameters.get(key)
+        definition = field.kwarg_definition if field is not None else None
+        alias = getattr(definition, "name", None) or getattr(definition, "query", None)
+        names.add(str(alias or key)[:40])
+    return sorted(names)[:3]
+
+
 def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
     if isinstance(exc, NotFound):
         return NOT_FOUND
@@ -96,6 +113,12 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
         return ErrorPage(
             413, "That request is too large",
             "What you sent is larger than any form of Tocsin takes. Go back and try again.",
+        )
+    if isinstance(exc, ValidationException) and _invalid_fields(request, exc):
+        names = ", ".join(f"“{name}”" for name in _invalid_fields(request, exc))
+        return ErrorPage(
+            400, BAD_REQUEST.title,
+            f"We couldn\u2019t read {names}: check the address or the form and try again.",
         )
     if isinstance(exc, HTTPException) and 400 <= exc.status_code < 500:
         return ErrorPage(exc.status_code, BAD_REQUEST.title, BAD_REQUEST.message)

@@ -1,67 +1,93 @@
-"""Verifying SNS messages: the signing certificate is fetched from a trusted address
-(cached per process) and the RSA signature checked over SNS's string to sign."""
+"""Verifying SNS messages: the signing certificate is fetched from one of Amazon's SNS hosts
+(cached per process) and the RSA signature checked over SNS's string to sign.
+
+Only a message that passed domain.sns.check_envelope (allowed topic, fresh, well formed,
+certificate on an SNS host) reaches this module, so an attacker cannot make the portal
+fetch anything by posting to the hook.
+"""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import threading
 import urllib.request
-from datetime import datetime
+from collections import OrderedDict
+from urllib.error import HTTPError
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from domain.sns import Untrusted, check_envelope, string_to_sign
+from domain.sns import Envelope, Untrusted, string_to_sign
 
 FETCH_TIMEOUT = 5  # seconds
 MAX_CERT_BYTES = 64 * 1024
+MAX_CACHED_CERTIFICATES = 16  # SNS rotates its certificate a few times a year; a handful suffices
 
 _lock = threading.Lock()
-_certificates: dict[str, rsa.RSAPublicKey] = {}
+# Keyed by scheme, host and path (the envelope dropped any query): the same certificate
+# asked for with ever-new query strings is fetched once, and the cache never grows past its bound.
+_certificates: OrderedDict[str, rsa.RSAPublicKey] = OrderedDict()
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect would lead away from the host the envelope checked."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def _get(url: str, limit: int) -> bytes:
+    with _opener.open(url, timeout=FETCH_TIMEOUT) as response:
+        return bytes(response.read(limit))
 
 
 def _public_key(url: str) -> rsa.RSAPublicKey:
     with _lock:
         key = _certificates.get(url)
-    if key is not None:
-        return key
+        if key is not None:
+            _certificates.move_to_end(url)
+            return key
     try:
-        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as response:
-            pem = response.read(MAX_CERT_BYTES)
-        public = x509.load_pem_x509_certificate(pem).public_key()
+        public = x509.load_pem_x509_certificate(_get(url, MAX_CERT_BYTES)).public_key()
     except (OSError, ValueError):
         raise Untrusted("the SNS signing certificate could not be loaded") from None
     if not isinstance(public, rsa.RSAPublicKey):
         raise Untrusted("the SNS signing certificate is not an RSA certificate")
     with _lock:
         _certificates[url] = public
+        while len(_certificates) > MAX_CACHED_CERTIFICATES:
+            _certificates.popitem(last=False)
     return public
 
 
-def verify_sns_message(message: dict[str, object], trusted_url: str, now: datetime) -> None:
-    """Raise Untrusted unless the message is signed by a certificate from a trusted SNS
-    address, and recent."""
-    digest = check_envelope(message, trusted_url, now)
-    url = str(message.get("SigningCertURL") or message.get("SigningCertUrl"))
+def cached_certificate_urls() -> list[str]:
+    with _lock:
+        return list(_certificates)
+
+
+def verify_signature(message: dict[str, object], envelope: Envelope) -> None:
+    """Raise Untrusted unless the message is signed by its (checked) certificate."""
+    algorithm = hashes.SHA1() if envelope.digest == "sha1" else hashes.SHA256()
     try:
-        signature = base64.b64decode(str(message["Signature"]), validate=True)
-    except (binascii.Error, ValueError):
-        raise Untrusted("malformed SNS signature") from None
-    algorithm = hashes.SHA1() if digest == "sha1" else hashes.SHA256()
-    try:
-        _public_key(url).verify(signature, string_to_sign(message), padding.PKCS1v15(), algorithm)
+        _public_key(envelope.certificate_url).verify(
+            envelope.signature, string_to_sign(message), padding.PKCS1v15(), algorithm)
     except InvalidSignature:
         raise Untrusted("the SNS signature does not match") from None
 
 
-def confirm_subscription(message: dict[str, object], trusted_url: str) -> None:
-    """Visit the SubscribeURL of a verified SubscriptionConfirmation."""
-    url = message.get("SubscribeURL")
-    if not isinstance(url, str):
-        raise Untrusted("subscription confirmation without a SubscribeURL")
-    # check_envelope matched the URL against the trusted pattern before we got here.
-    with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as response:
-        response.read(MAX_CERT_BYTES)
+class ConfirmationFailed(Exception):
+    """SNS did not answer the SubscribeURL: nothing is recorded, the message may come again."""
+
+
+def visit_subscribe_url(url: str) -> None:
+    """Confirm a subscription by visiting its (checked) SubscribeURL."""
+    try:
+        _get(url, MAX_CERT_BYTES)
+    except HTTPError as error:
+        raise ConfirmationFailed(f"SNS answered the SubscribeURL with {error.code}") from None
+    except OSError as error:
+        raise ConfirmationFailed(f"SNS could not be reached: {type(error).__name__}") from None

@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from domain.identity import Role
+from portal.links import local_path
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -93,10 +94,7 @@ def long_date(day: date) -> str:
 
 def local_href(data: dict[str, Any]) -> str | None:
     """The notification's deep link if it points into this portal; anything else is dropped."""
-    href = data.get("href")
-    if isinstance(href, str) and href.startswith("/") and not href.startswith("//"):
-        return href
-    return None
+    return local_path(data.get("href"))
 
 
 def link_label(href: str) -> str:

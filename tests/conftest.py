@@ -57,7 +57,8 @@ def _start_services() -> None:
     if "SES_ENDPOINT_URL" in _services.env:  # the local endpoint: sender and ops topic
         from actors.ops import prepare_local_aws
 
-        os.environ.setdefault("OPS_TOPIC_ARN", prepare_local_aws(load_settings()))
+        for name, value in prepare_local_aws(load_settings()).items():
+            os.environ.setdefault(name, value)
     # The test process is one more process of the product: settings read once, the broker
     # and the after-commit wake-ups installed, as the web and worker processes do.
     runtime.start_messaging(runtime.start(load_settings()))

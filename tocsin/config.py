@@ -7,10 +7,12 @@ the repr, so a settings object can be logged.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from domain.errors import InvalidInput
+from domain.sns import valid_test_origin, valid_topic_arn
 
 
 class ConfigError(Exception):
@@ -45,8 +47,10 @@ class Settings:
     reconcile_window_seconds: int = 15 * 60  # wait for a provider event before resending
     stuck_grace_seconds: int = 30 * 60  # a claim notifying nobody this long is stuck
     ops_topic_arn: str | None = None  # SNS topic for ops alerts; unset: alerts only logged
-    # SNS signing certificates and subscription URLs must match this (scheme and host).
-    sns_trusted_url_pattern: str = r"^https://sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/"
+    # The SNS topics whose messages the SES hook accepts; empty: every message is refused.
+    sns_allowed_topic_arns: frozenset[str] = frozenset()
+    # Tests only: a loopback origin trusted in place of Amazon's SNS hosts (see domain.sns).
+    sns_test_cert_origin: str | None = None
     # Secrets whose keys still verify but never sign (key rotation), newest first.
     previous_session_secrets: tuple[str, ...] = field(default=(), repr=False)
     # TOCSIN_EMBEDDED=1: set by `tocsin up` only when it started PostgreSQL itself.
@@ -89,13 +93,20 @@ def env_float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-def _pattern(env: Mapping[str, str], name: str, default: str) -> str:
-    value = env.get(name) or default
+def _topic_arns(env: Mapping[str, str], name: str) -> frozenset[str]:
+    arns = [a.strip() for a in env.get(name, "").split(",") if a.strip()]
     try:
-        re.compile(value)
-    except re.error as error:
-        raise ConfigError(f"{name} is not a valid regular expression: {error}") from None
-    return value
+        return frozenset(valid_topic_arn(a) for a in arns)
+    except InvalidInput as error:
+        raise ConfigError(f"{name}: {error}") from None
+
+
+def _test_origin(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name) or None
+    try:
+        return None if value is None else valid_test_origin(value)
+    except InvalidInput as error:
+        raise ConfigError(str(error)) from None
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -161,7 +172,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         reconcile_window_seconds=env_int(env, "RECONCILE_WINDOW_SECONDS", 15 * 60, minimum=0),
         stuck_grace_seconds=env_int(env, "STUCK_GRACE_SECONDS", 30 * 60, minimum=0),
         ops_topic_arn=env.get("OPS_TOPIC_ARN") or None,
-        sns_trusted_url_pattern=_pattern(env, "SNS_TRUSTED_URL_PATTERN", Settings.sns_trusted_url_pattern),
+        sns_allowed_topic_arns=_topic_arns(env, "SNS_ALLOWED_TOPIC_ARNS"),
+        sns_test_cert_origin=_test_origin(env, "SNS_TEST_CERT_ORIGIN"),
         previous_session_secrets=secrets.previous_session_secrets,
         embedded=secrets.embedded,
         session_idle_seconds=env_int(env, "SESSION_IDLE_SECONDS", 8 * 60 * 60, minimum=60),

@@ -36,9 +36,11 @@ def run_web() -> None:
     import uvicorn
 
     from portal.app import create_app
+    from portal.redaction import install_log_redaction
 
     settings = load_settings()  # once for the process: the app is built from these
     require_strong_secret(settings)  # one line and exit 2 (tocsin.cli), before any socket opens
+    install_log_redaction()  # before uvicorn logs its first line
     # uvicorn's own proxy headers off: it would believe X-Forwarded-For from 127.0.0.1 by
     # default; the portal reads the header only from TRUSTED_PROXIES (portal.client_address).
     uvicorn.run(
@@ -172,7 +174,8 @@ def run_everything(demo: bool | None = None) -> None:
         if wants_local_aws(os.environ) or services.env.get("SES_ENDPOINT_URL"):
             from actors.ops import prepare_local_aws
 
-            env.setdefault("OPS_TOPIC_ARN", prepare_local_aws(settings))
+            for name, value in prepare_local_aws(settings).items():
+                env.setdefault(name, value)  # an operator's own topics win
         demo_lines = list(seed_demo()) if seed else [_why_no_demo(demo)]
         honcho = shutil.which("honcho") or str(Path(sys.executable).parent / "honcho")
         print("", flush=True)

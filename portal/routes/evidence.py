@@ -30,7 +30,7 @@ from db.inbox import unread_count
 from db.runs import last_runs
 from db.tenancy import tenant_tx
 from domain.errors import InvalidInput, NotFound
-from domain.identity import parse_date
+from domain.identity import parse_date, parse_whole_number
 from portal.auth import CurrentViewer, Viewer
 from portal.downloads import download_time_limit, in_threads
 from tocsin.config import Settings
@@ -59,14 +59,14 @@ def ledger_filters(
     status: Text = "",
 ) -> LedgerFilter:
     """The ledger's filters from the query string, shared by the page and the export."""
-    if subject and not subject.isdigit():
-        raise InvalidInput("the subject filter takes a client number, such as 42")
+    subject_id = parse_whole_number(subject, "the subject filter takes a client number, such as 42") \
+        if subject else None
     try:
         chosen = LedgerStatus(status) if status else None
     except ValueError:
         raise InvalidInput("choose a status from the list") from None
     return LedgerFilter(
-        rule=rule.strip() or None, subject_id=int(subject) if subject else None,
+        rule=rule.strip() or None, subject_id=subject_id,
         threshold=threshold.strip() or None,
         claimed_from=parse_date(date_from) if date_from else None,
         claimed_to=parse_date(date_to) if date_to else None, status=chosen,

@@ -1,10 +1,9 @@
 """POST /hooks/ses: SES events delivered by SNS (no login, no CSRF: the SNS signature is
-the authentication). Unsigned, forged, stale or replayed messages get 403 and change
-nothing; a valid one is applied once."""
+the authentication). A message from a topic not in SNS_ALLOWED_TOPIC_ARNS, unsigned,
+forged, stale or replayed gets 403 and changes nothing; a valid one is applied once."""
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -12,18 +11,23 @@ from typing import Any
 from litestar import Request, post
 from litestar.params import RawBody
 from litestar.response import Response
-from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN
+from litestar.status_codes import (
+    HTTP_200_OK,
+    HTTP_400_BAD_REQUEST,
+    HTTP_403_FORBIDDEN,
+    HTTP_502_BAD_GATEWAY,
+)
 
-from db.provider_events import ProviderEvent, Replayed, record_notification
+from db.provider_events import ProviderEvent, Replayed, confirm_subscription_once, record_notification
 from domain.errors import NotFound
-from domain.sns import Untrusted, parse_ses_event
+from domain.sns import Envelope, SnsTrust, Untrusted, check_envelope, load_sns_json, parse_ses_event
 from portal.auth import PUBLIC
 from portal.settings import app_settings
-from portal.sns import confirm_subscription, verify_sns_message
+from portal.sns import ConfirmationFailed, verify_signature, visit_subscribe_url
 
 log = logging.getLogger("tocsin.hooks")
 
-MAX_BODY = 256 * 1024  # bytes; SNS messages are at most 256 KB
+MAX_BODY = 256 * 1024 + 16 * 1024  # bytes: a 256 KB SNS message plus its envelope
 
 
 def _plain(text: str, status: int) -> Response[str]:
@@ -35,38 +39,56 @@ def _plain(text: str, status: int) -> Response[str]:
 def ses_events(request: Request[Any, Any, Any], body: RawBody) -> Response[str]:
     if len(body) > MAX_BODY:
         return _plain("message too large", HTTP_400_BAD_REQUEST)
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return _plain("not an SNS message", HTTP_400_BAD_REQUEST)
-    if not isinstance(message, dict):
-        return _plain("not an SNS message", HTTP_400_BAD_REQUEST)
     settings = app_settings(request)
+    trust = SnsTrust(settings.sns_allowed_topic_arns, settings.sns_test_cert_origin)
     try:
-        verify_sns_message(message, settings.sns_trusted_url_pattern, datetime.now(UTC))
-        if message["Type"] == "SubscriptionConfirmation":
-            confirm_subscription(message, settings.sns_trusted_url_pattern)
-            log.info("confirmed the SNS subscription to %s", message.get("TopicArn"))
-            return _plain("subscribed", HTTP_200_OK)
-        if message["Type"] != "Notification":
+        message = load_sns_json(body)
+        if not isinstance(message, dict):
+            return _plain("not an SNS message", HTTP_400_BAD_REQUEST)
+    except Untrusted:
+        return _plain("not an SNS message", HTTP_400_BAD_REQUEST)
+    try:
+        # Cheap checks first (shape, topic, age, URLs): nothing is fetched for a message
+        # that fails them.
+        envelope = check_envelope(message, trust, datetime.now(UTC))
+        verify_signature(message, envelope)
+        if envelope.kind == "SubscriptionConfirmation":
+            return _confirm(envelope)
+        if envelope.kind != "Notification":
+            record_notification(envelope.message_id, envelope.topic_arn, None, None)
             return _plain("ignored", HTTP_200_OK)
-        status = _apply(message)
+        status = _apply(envelope, message)
     except Untrusted as error:
         log.warning("refused an SNS message: %s", error)
-        return _plain("forbidden", HTTP_403_FORBIDDEN)
+        if not settings.sns_allowed_topic_arns:
+            log.warning("SNS_ALLOWED_TOPIC_ARNS is not set: every SNS message is refused")
+        return _plain(f"forbidden: {error}", HTTP_403_FORBIDDEN)
     except Replayed:
-        log.warning("refused a replayed SNS message %s", message.get("MessageId"))
+        log.warning("refused a replayed SNS message %s", str(message.get("MessageId"))[:100])
         return _plain("forbidden: replayed", HTTP_403_FORBIDDEN)
     return _plain(status, HTTP_200_OK)
 
 
-def _apply(message: dict[str, object]) -> str:
+def _confirm(envelope: Envelope) -> Response[str]:
+    assert envelope.subscribe_url is not None and envelope.token is not None  # checked by the envelope
+    url = envelope.subscribe_url
     try:
-        payload = json.loads(str(message.get("Message")))
-    except ValueError:
+        confirm_subscription_once(envelope.message_id, envelope.topic_arn, envelope.token,
+                                  lambda: visit_subscribe_url(url))
+    except ConfirmationFailed as error:
+        log.warning("could not confirm the SNS subscription to %s: %s", envelope.topic_arn, error)
+        return _plain("subscription not confirmed: SNS could not be reached", HTTP_502_BAD_GATEWAY)
+    log.info("confirmed the SNS subscription to %s", envelope.topic_arn)
+    return _plain("subscribed", HTTP_200_OK)
+
+
+def _apply(envelope: Envelope, message: dict[str, object]) -> str:
+    try:
+        payload = load_sns_json(str(message["Message"]))
+    except Untrusted:
         payload = None
     event = parse_ses_event(payload) if isinstance(payload, dict) else None
-    message_id, topic = str(message["MessageId"]), str(message.get("TopicArn"))
+    message_id, topic = envelope.message_id, envelope.topic_arn
     if event is None:
         record_notification(message_id, topic, None, None)
         return "ignored"

@@ -28,7 +28,7 @@ from db.members import (
 )
 from db.tenancy import tenant_tx
 from domain.errors import InvalidInput, NotFound
-from domain.identity import valid_role
+from domain.identity import parse_whole_number, valid_role
 from domain.tokens import verify
 from portal.auth import PUBLIC, CurrentViewer, Viewer
 from portal.routes.login import signed_in_redirect
@@ -89,14 +89,14 @@ def invite(request: Request[Any, Any, Any], viewer: CurrentViewer,
     _admin(viewer)
     if any(len(v) > FIELD_MAX_LENGTH for v in (data.email, data.role, data.client_id, data.display_name)):
         raise InvalidInput("that is longer than any email address or name")
-    if data.client_id and not data.client_id.isdigit():
-        raise InvalidInput("choose a client organisation from the list")
+    client_id = parse_whole_number(data.client_id, "choose a client organisation from the list") \
+        if data.client_id else None
     role = valid_role(data.role)
     with tenant_tx(viewer.tenant.slug) as tx:  # the email is sent once this commits
         invite_member(
             tx, data.email, role, viewer.user.id, key=_keys(request).invitation.current,
             expires_at=datetime.now(UTC) + timedelta(days=INVITATION_DAYS),
-            client_id=int(data.client_id) if data.client_id else None,
+            client_id=client_id,
             display_name=data.display_name,
         )
     return Redirect("/members?done=invited", status_code=HTTP_303_SEE_OTHER)

@@ -30,7 +30,7 @@ from db.preferences import (
 )
 from db.tenancy import tenant_tx
 from domain.errors import InvalidInput, NotFound
-from domain.identity import Role
+from domain.identity import WHOLE_NUMBER, Role
 from domain.preferences import Frequency, Preference, valid_category, valid_frequency
 from domain.quiet_hours import (
     WEEKDAYS,
@@ -162,7 +162,8 @@ def _parse_schedule(data: ScheduleForm) -> tuple[dict[str, Any], dict[str, str]]
                     errors["quiet_end"] = f"{str(error)[:1].upper()}{str(error)[1:]}"
     for name, parse in (
         ("digest_time", lambda: parse_local_time(data.digest_time, "The digest time")),
-        ("weekly_day", lambda: valid_weekday(int(data.weekly_day) if data.weekly_day.isdigit() else 0)),
+        ("weekly_day", lambda: valid_weekday(int(data.weekly_day) if WHOLE_NUMBER.fullmatch(data.weekly_day)
+                                             else 0)),
         ("time_zone", lambda: valid_zone_name(data.time_zone)),
     ):
         try:

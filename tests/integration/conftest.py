@@ -164,9 +164,12 @@ def faulty_ses(ses: SesOutbox) -> Iterator[FaultySes]:
 
 @pytest.fixture
 def sns_signer(monkeypatch: pytest.MonkeyPatch) -> Iterator[SnsSigner]:
-    """Signs SNS messages with a test key whose certificate the hook may fetch."""
-    signer = SnsSigner()
-    monkeypatch.setenv("SNS_TRUSTED_URL_PATTERN", signer.trusted_pattern)
+    """Signs SNS messages from the allowed (local) topic with a test key whose certificate
+    the hook may fetch from the signer's loopback origin."""
+    import os
+
+    signer = SnsSigner(os.environ["SNS_ALLOWED_TOPIC_ARNS"].split(",")[0])
+    monkeypatch.setenv("SNS_TEST_CERT_ORIGIN", signer.base)
     yield signer
     signer.close()
 

@@ -1,5 +1,7 @@
 """SNS messages signed the way Amazon signs them, by a key the test owns, with the
-signing certificate (and a SubscribeURL) served from a local HTTP endpoint."""
+signing certificate (and a SubscribeURL) served from a local HTTP endpoint, which the hook
+trusts through SNS_TEST_CERT_ORIGIN. Every request that endpoint receives is recorded, so a
+test can show the hook fetched nothing."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlencode
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -17,7 +20,7 @@ from cryptography.x509.oid import NameOID
 
 from domain.sns import string_to_sign
 
-TOPIC = "arn:aws:sns:eu-west-1:123456789012:ses-events"
+ATTACKER_TOPIC = "arn:aws:sns:eu-west-1:666666666666:harmless-looking-topic"
 
 
 def _certificate(key: rsa.RSAPrivateKey) -> bytes:
@@ -31,10 +34,12 @@ def _certificate(key: rsa.RSAPrivateKey) -> bytes:
 
 
 class SnsSigner:
-    def __init__(self) -> None:
+    def __init__(self, topic: str) -> None:
+        self.topic = topic  # the topic messages come from unless a test names another
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.pem = _certificate(self.key)
         self.confirmations: list[str] = []
+        self.requests: list[str] = []  # every path asked for, certificates included
         signer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -42,7 +47,8 @@ class SnsSigner:
                 pass
 
             def do_GET(self) -> None:
-                if self.path.startswith("/confirm"):
+                signer.requests.append(self.path)
+                if self.path.startswith("/?Action=ConfirmSubscription"):
                     signer.confirmations.append(self.path)
                     body = b"<ConfirmSubscriptionResponse/>"
                 elif self.path == "/cert.pem":
@@ -63,10 +69,6 @@ class SnsSigner:
     def base(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    @property
-    def trusted_pattern(self) -> str:
-        return f"^{self.base.replace('.', '[.]')}/"
-
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
@@ -77,23 +79,29 @@ class SnsSigner:
         return {**message, "Signature": base64.b64encode(signature).decode()}
 
     def notification(self, payload: dict[str, object], *, at: datetime | None = None,
-                     message_id: str | None = None) -> dict[str, object]:
+                     message_id: str | None = None, topic: str | None = None) -> dict[str, object]:
         return self.sign({
             "Type": "Notification",
             "MessageId": message_id or str(uuid.uuid4()),
-            "TopicArn": TOPIC,
+            "TopicArn": topic or self.topic,
             "Message": json.dumps(payload),
             "Timestamp": (at or datetime.now(UTC)).isoformat().replace("+00:00", "Z"),
         })
 
-    def subscription(self) -> dict[str, object]:
+    def subscribe_path(self, topic: str | None, token: str) -> str:
+        query = urlencode({"Action": "ConfirmSubscription", "TopicArn": topic or self.topic,
+                           "Token": token})
+        return f"/?{query}"
+
+    def subscription(self, topic: str | None = None) -> dict[str, object]:
+        token = f"token-{uuid.uuid4().hex}"  # each confirmation token is confirmed once, ever
         return self.sign({
             "Type": "SubscriptionConfirmation",
             "MessageId": str(uuid.uuid4()),
-            "TopicArn": TOPIC,
-            "Token": "token-1",
+            "TopicArn": topic or self.topic,
+            "Token": token,
             "Message": "You have chosen to subscribe to the topic.",
-            "SubscribeURL": f"{self.base}/confirm?Token=token-1",
+            "SubscribeURL": f"{self.base}{self.subscribe_path(topic, token)}",
             "Timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
         })
 

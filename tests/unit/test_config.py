@@ -38,3 +38,20 @@ def test_the_repr_hides_secrets() -> None:
     assert "s3cr3t" not in shown
     assert "aws_secret_access_key='***'" in shown and "session_secret='***'" in shown
     assert "redis://h:6379/0" in shown
+
+
+def test_sns_topics_are_a_checked_comma_separated_list_and_none_by_default() -> None:
+    assert load_settings(BASE).sns_allowed_topic_arns == frozenset()
+    topics = "arn:aws:sns:eu-west-1:123456789012:ses-events, arn:aws:sns:us-east-1:123456789012:other"
+    assert load_settings({**BASE, "SNS_ALLOWED_TOPIC_ARNS": topics}).sns_allowed_topic_arns == {
+        "arn:aws:sns:eu-west-1:123456789012:ses-events", "arn:aws:sns:us-east-1:123456789012:other"}
+    with pytest.raises(ConfigError, match="SNS_ALLOWED_TOPIC_ARNS: invalid SNS topic ARN"):
+        load_settings({**BASE, "SNS_ALLOWED_TOPIC_ARNS": "ses-events"})
+
+
+def test_the_test_certificate_origin_is_refused_unless_it_is_loopback() -> None:
+    assert load_settings(BASE).sns_test_cert_origin is None
+    local = load_settings({**BASE, "SNS_TEST_CERT_ORIGIN": "http://127.0.0.1:9000"})
+    assert local.sns_test_cert_origin == "http://127.0.0.1:9000"
+    with pytest.raises(ConfigError, match="SNS_TEST_CERT_ORIGIN must be a loopback origin"):
+        load_settings({**BASE, "SNS_TEST_CERT_ORIGIN": "https://certs.example.com"})

@@ -1,0 +1,33 @@
+"""The fuzz run's budget and its tally: how many generated requests were sent, and how many
+were answered with 500 or more (the goal is none). Printed at the end of the run."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+DEFAULT_REQUESTS = 300  # generated requests in `make test`; `make fuzz` asks for 6,000
+
+
+def total_requests() -> int:
+    raw = os.environ.get("FUZZ_REQUESTS", "")
+    return int(raw) if raw.isdecimal() and raw.isascii() and int(raw) > 0 else DEFAULT_REQUESTS
+
+
+def share(fraction: float) -> int:
+    """This test's part of the budget, in generated requests (at least a handful)."""
+    return max(10, round(total_requests() * fraction))
+
+
+@dataclass
+class Tally:
+    requests: int = 0
+    server_errors: list[str] = field(default_factory=list)  # "METHOD path -> status"
+
+    def record(self, method: str, path: str, status: int) -> None:
+        self.requests += 1
+        if status >= 500:
+            self.server_errors.append(f"{method} {path[:200]} -> {status}")
+
+
+TALLY = Tally()

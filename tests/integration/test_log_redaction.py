@@ -1,0 +1,101 @@
+"""Invitation and unsubscribe tokens never reach a log: the portal runs as a real process
+(`tocsin web`, as the Procfile runs it, and uvicorn's factory, as the tests serve it), the
+links are visited, and the tokens are absent from everything it wrote."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from db.members import invite_member
+from db.tenancy import tenant_tx
+from domain.identity import Role
+from domain.unsubscribe import unsubscribe_token
+from portal.redaction import REDACTED, install_log_redaction, redact
+from tests.integration.conftest import WAIT_LIMIT, wait_until
+from tests.integration.portal_support import People
+from tests.support.portal_server import ROOT, _free_port, _healthy, serve_portal
+from tocsin.config import load_settings
+
+
+@contextmanager
+def tocsin_web(log_path: Path) -> Iterator[str]:
+    """`tocsin web` (tocsin.processes.run_web) on a free port; its URL."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, PORT=str(port), PORTAL_URL=url)
+    with log_path.open("wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "tocsin.cli", "web"], cwd=ROOT, env=env,
+                                  stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: server.poll() is not None or _healthy(url), "tocsin web to start")
+            assert server.poll() is None, f"tocsin web exited at start-up; see {log_path}"
+            yield url
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=WAIT_LIMIT)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def _status(url: str, data: bytes | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=WAIT_LIMIT) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def _tokens(people: People) -> tuple[str, str]:
+    secret = load_settings().session_secret
+    now = datetime.now(UTC)
+    with tenant_tx(people.tenant.slug) as tx:
+        invitation = invite_member(tx, "invitee@example.com", Role.MEMBER, people.admin.id,
+                                   secret=secret, expires_at=now + timedelta(days=7))
+    return invitation.token, unsubscribe_token(secret, people.tenant.slug, people.admin.id,
+                                               "license_expiring", now)
+
+
+@pytest.mark.parametrize("launcher", ["tocsin web", "uvicorn factory"])
+def test_invitation_and_unsubscribe_tokens_are_redacted_from_the_portals_log(
+    people: People, tmp_path: Path, launcher: str
+) -> None:
+    invitation, unsubscribe = _tokens(people)
+    log_path = tmp_path / "web.log"
+    serve = tocsin_web(log_path) if launcher == "tocsin web" else serve_portal(log_path)
+    with serve as url:
+        assert _status(f"{url}/invitations/{invitation}") == 200  # the link works ...
+        assert _status(f"{url}/invitations/{invitation}/join", data=b"password=x") == 403  # no CSRF
+        assert _status(f"{url}/unsubscribe/{unsubscribe}") == 200
+        assert _status(f"{url}/unsubscribe/{unsubscribe}?x=1") == 400  # an unknown option
+    log = log_path.read_text()
+    assert f"/invitations/{REDACTED}" in log and f"/unsubscribe/{REDACTED}" in log  # ... and was logged
+    assert f"/invitations/{REDACTED}/join" in log
+    for token in (invitation, unsubscribe):
+        assert token not in log
+        assert token.split(".")[1] not in log  # not even the signature half
+
+
+def test_redaction_covers_every_logger_and_argument_shape(caplog: pytest.LogCaptureFixture) -> None:
+    install_log_redaction()
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("tocsin.anything").info("GET %s", "/invitations/abc.def?x=1")
+        logging.getLogger("uvicorn.access").info('%s - "%s %s"', "1.2.3.4", "GET", "/unsubscribe/xyz.uvw")
+        logging.getLogger("tocsin.anything").warning("visited /Unsubscribe/tok.en/ twice")
+    text = caplog.text
+    assert "abc.def" not in text and "xyz.uvw" not in text and "tok.en" not in text
+    assert text.count(REDACTED) == 3
+    assert redact("/invitations%2Fsecret.sig") == f"/invitations%2F{REDACTED}"
+    assert redact("/inbox?id=3") == "/inbox?id=3"
