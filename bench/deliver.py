@@ -100,9 +100,10 @@ class Endpoint:
             try:
                 self.received()
                 return
-            except OSError:
+            except OSError as error:
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"the bench SES endpoint did not start; see {self._log.name}")
+                    raise SystemExit(f"the bench SES endpoint did not start ({error}); "
+                                     f"see {self._log.name}") from None
                 time.sleep(0.1)
 
     def received(self) -> dict[str, Any]:
