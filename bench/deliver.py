@@ -635,8 +635,12 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> bool:
     migrate_all()
     conn = psycopg.connect(settings.database_url, autocommit=True)
     try:
-        version = conn.execute("SHOW server_version").fetchone()
-        say(f"Machine: {os.cpu_count()} CPUs, PostgreSQL {version[0] if version else '?'}, "
+        def show(name: str) -> str:
+            row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
+            return "?" if row is None else str(row[0])
+
+        say(f"Machine: {os.cpu_count()} CPUs, PostgreSQL {show('server_version')} "
+            f"(synchronous_commit={show('synchronous_commit')}, fsync={show('fsync')}), "
             f"Python {sys.version.split()[0]}; load average {load()} (other work shares it)")
         dropped = drop_bench_tenants(conn)
         if dropped:
