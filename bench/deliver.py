@@ -41,6 +41,7 @@ database never scans them) and dropped at the end unless --keep.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -134,6 +135,25 @@ def process_cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def service_pids() -> list[int]:
+    """The embedded PostgreSQL's postmaster and this process's Redis, when they run here."""
+    pids = []
+    postmaster = LOGS / "pg" / "postmaster.pid"
+    if not os.environ.get("DATABASE_URL") and postmaster.exists():
+        pids.append(int(postmaster.read_text().split()[0]))
+    for task in Path("/proc/self/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{child}/comm").read_text().strip() == "redis-server":
+                    pids.append(int(child))
+    return pids
+
+
+def services_cpu_seconds(pids: Sequence[int]) -> float:
+    """CPU seconds of the embedded services (PostgreSQL with its live backends, Redis)."""
+    return sum(tree_cpu_seconds(pid) for pid in pids)
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -255,6 +275,7 @@ class DeliveryRun:
     seconds: float  # first claim .. last acceptance, PostgreSQL's clock
     latencies: list[float]  # claim-to-accepted, seconds, sorted
     worker_cpu: float  # CPU seconds of the worker processes while they sent
+    services_cpu: float  # CPU seconds of the embedded PostgreSQL and Redis meanwhile
     endpoint_cpu: float  # CPU seconds of the endpoint meanwhile
     endpoint_rate: float  # requests/s as the endpoint saw them arrive (first..last)
     load_before: str
@@ -310,6 +331,8 @@ def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int,
     log = LOGS / f"worker-{label.replace(' ', '-')}.log"
     load_before = load()
     endpoint_cpu = endpoint.cpu_seconds()
+    services = service_pids()
+    services_cpu = services_cpu_seconds(services)
     worker = start_worker(processes, threads, env, log)
     worker_cpu = 0.0
     try:
@@ -325,6 +348,8 @@ def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int,
                 raise Failed(f"only {accepted:,} of {count:,} accepted in time; see {log}")
             time.sleep(0.25)
         worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
+        # Before the worker stops: its PostgreSQL backends are counted while they live.
+        services_cpu = services_cpu_seconds(services) - services_cpu
     finally:
         load_after = load()
         endpoint_cpu = endpoint.cpu_seconds() - endpoint_cpu
@@ -333,7 +358,7 @@ def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int,
     received = endpoint.received()
     check_exactly_once(conn, built, received, count)
     span = (received["last"] or 0) - (received["first"] or 0)
-    return DeliveryRun(label, count, seconds, latencies, worker_cpu, endpoint_cpu,
+    return DeliveryRun(label, count, seconds, latencies, worker_cpu, services_cpu, endpoint_cpu,
                        (received["requests"] - 1) / span if span > 0 else float("inf"),
                        load_before, load_after)
 
@@ -414,6 +439,7 @@ class Ceiling:
     messages: int
     seconds: float
     endpoint_cpu: float | None = None  # CPU seconds of the endpoint meanwhile (boto3 only)
+    cpu: float = 0.0  # CPU seconds of the processes doing the work (no-op worker, boto3 senders)
     load: str = ""
 
     @property
@@ -447,8 +473,10 @@ def noop_ceiling(count: int, processes: int, threads: int) -> Ceiling:
         )
         try:
             first: tuple[float, int] | None = None
+            worker_cpu = 0.0
             deadline = time.monotonic() + START_LIMIT + count / 50
             while True:
+                worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
                 left = int(client.hlen(pending_key))
                 now = time.perf_counter()
                 if first is None and left < count:
@@ -463,10 +491,11 @@ def noop_ceiling(count: int, processes: int, threads: int) -> Ceiling:
     assert first is not None
     # From the first look that found acknowledgements: the messages still there then.
     return Ceiling(f"no-op actor, {processes} x {threads}", first[1], now - first[0],
-                   load=f"{load_before} -> {load()}")
+                   cpu=worker_cpu * first[1] / count, load=f"{load_before} -> {load()}")
 
 
-def _boto3_sender(process_no: int, threads: int, count: int, ready: Any, go: Any, done: Any) -> None:
+def _boto3_sender(process_no: int, threads: int, count: int, ready: Any, go: Any, done: Any,
+                  cpu: Any) -> None:
     """One process of the boto3 ceiling: the production client config, T threads sharing
     one client (as a worker process shares its mailer), each sending its share of one
     representative message in a bare loop."""
@@ -493,20 +522,22 @@ def _boto3_sender(process_no: int, threads: int, count: int, ready: Any, go: Any
 
     ready.release()
     go.wait()
+    started = time.process_time()
     senders = [threading.Thread(target=send, args=(t,)) for t in range(threads)]
     for s in senders:
         s.start()
     for s in senders:
         s.join()
+    cpu.put(time.process_time() - started)
     done.release()
 
 
 def boto3_ceiling(endpoint: Endpoint, count: int, processes: int, threads: int) -> Ceiling:
     spawn = multiprocessing.get_context("spawn")
-    ready, done, go = spawn.Semaphore(0), spawn.Semaphore(0), spawn.Event()
+    ready, done, go, cpu = spawn.Semaphore(0), spawn.Semaphore(0), spawn.Event(), spawn.Queue()
     shares = [count // processes + (1 if p < count % processes else 0) for p in range(processes)]
     endpoint.reset()
-    senders = [spawn.Process(target=_boto3_sender, args=(p, threads, shares[p], ready, go, done))
+    senders = [spawn.Process(target=_boto3_sender, args=(p, threads, shares[p], ready, go, done, cpu))
                for p in range(processes)]
     for s in senders:
         s.start()
@@ -522,6 +553,7 @@ def boto3_ceiling(endpoint: Endpoint, count: int, processes: int, threads: int) 
             raise Failed("a boto3 sender process did not finish")
     seconds = time.perf_counter() - started
     endpoint_cpu = endpoint.cpu_seconds() - endpoint_cpu
+    sender_cpu = sum(cpu.get(timeout=30) for _ in senders)
     for s in senders:
         s.join(timeout=30)
         if s.exitcode != 0:
@@ -531,7 +563,7 @@ def boto3_ceiling(endpoint: Endpoint, count: int, processes: int, threads: int) 
         raise Failed(f"boto3 loop: {count:,} sent, the endpoint received {received['requests']:,} "
                      f"({len(received['keys']):,} distinct)")
     return Ceiling(f"bare boto3 loop, {processes} x {threads}", count, seconds, endpoint_cpu,
-                   load=f"{load_before} -> {load()}")
+                   cpu=sender_cpu, load=f"{load_before} -> {load()}")
 
 
 # -- report ------------------------------------------------------------------------------
@@ -557,6 +589,22 @@ def report_throughput(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], threads:
             f"{(boto.endpoint_cpu or 0) / boto.seconds:.0%} during the boto3 loop")
         say(f"      load average: deliveries {run.load_before} -> {run.load_after}; "
             f"no-op {noop.load}; boto3 {boto.load}")
+    say()
+    say("CPU per message, ms (CPU time suffers far less than wall time from the machine's other")
+    say("load; the cost ratio is boto3's total over the delivery's: the ratio a machine with its")
+    say("CPUs to itself would approach once CPU-bound)")
+    say(f"  {'processes x threads':<20} {'delivery: worker':>16} {'+ PG/Redis':>10} {'+ endpoint':>10} "
+        f"{'= total':>8} {'no-op worker':>12} {'boto3 senders':>13} {'+ endpoint':>10} "
+        f"{'cost ratio':>10}")
+    for run, noop, boto in runs:
+        per = 1000 / run.deliveries
+        delivery = (run.worker_cpu + run.services_cpu + run.endpoint_cpu) * per
+        send = (boto.cpu + (boto.endpoint_cpu or 0)) * 1000 / boto.messages
+        say(f"  {run.label:<20} {run.worker_cpu * per:>16.2f} {run.services_cpu * per:>10.2f} "
+            f"{run.endpoint_cpu * per:>10.2f} {delivery:>8.2f} {noop.cpu * 1000 / noop.messages:>12.2f} "
+            f"{boto.cpu * 1000 / boto.messages:>13.2f} "
+            f"{(boto.endpoint_cpu or 0) * 1000 / boto.messages:>10.2f} "
+            f"{send / delivery:>10.2f}")
     say()
     say("Markdown for the README:")
     say()
