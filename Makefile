@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 CONSTRAINTS := constraints.txt
 LOCK_VENV := .venv-lock
 
-.PHONY: run test lint chromium fuzz bench bench-portal lock clean
+.PHONY: run test lint chromium fuzz bench bench-portal bench-deliver lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -69,6 +69,9 @@ bench: $(STAMP)
 
 bench-portal: $(STAMP)
 	$(BIN)/python -m bench.portal
+
+bench-deliver: $(STAMP)
+	$(BIN)/python -m bench.deliver
 
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) .tocsin test-artifacts .mypy_cache .ruff_cache .pytest_cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 import email.policy
 import threading
 from dataclasses import dataclass
+from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage
 from email.utils import formatdate, parseaddr
 from typing import TYPE_CHECKING, Protocol
@@ -73,9 +74,25 @@ def aws_client(settings: Settings, service: str) -> object:
     )
 
 
+class _HeaderClasses(HeaderRegistry):
+    """The standard registry, but each header's class is built once: HeaderRegistry calls
+    type() for every header it parses, a third of the time it takes to compose a message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._built: dict[str, type[BaseHeader]] = {}
+
+    def __getitem__(self, name: str) -> type[BaseHeader]:
+        key = name.lower()
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = super().__getitem__(name)
+        return built
+
+
 # Long headers stay on one line (RFC 5322 allows 998 characters): folding would encode
 # List-Unsubscribe's URL as an RFC 2047 word that mail clients cannot follow.
-HEADERS_UNFOLDED = email.policy.default.clone(max_line_length=998)
+HEADERS_UNFOLDED = email.policy.default.clone(max_line_length=998, header_factory=_HeaderClasses())
 
 
 class SesMailer:

@@ -1,0 +1,770 @@
+"""Email delivery throughput through real workers: figures, not a timed test.
+
+    python -m bench.deliver [--deliveries 20000] [--tenants 4] [--processes 1,2] [--threads 4]
+                            [--send-rate 50] [--rate-deliveries 2000] [--skip-throughput] [--keep]
+
+Builds ``--deliveries`` due email deliveries, committed in PostgreSQL set-based over
+``--tenants`` bench tenants (slugs bench-deliver-1...): each the pending email of an inbox
+notification of a claimed licence notice (ledger row, client, member recipient), exactly
+what a scan and ``prepare`` leave behind. One ``deliver_email`` message per delivery is put
+in Redis, then the worker is started as the Procfile does (``tocsin worker --processes P
+--threads T``) and sends them all to a local SES v2 endpoint (bench/ses_endpoint.py, an
+asyncio server fast enough not to be the bottleneck; moto would be). For each ``P`` in
+``--processes`` it measures, in the same run:
+
+  deliveries  real workers: deliveries / (last accepted_at - first claim), both read
+              from PostgreSQL, plus p50/p99 claim-to-accepted per delivery (the attempt's
+              started_at, written by the claim, to the delivery's accepted_at);
+  no-op       the Dramatiq ceiling: as many messages for an actor that does nothing
+              (bench/noop_actor.py) on the same broker, P processes x T threads, timed by
+              watching Redis acknowledge them;
+  boto3       the provider ceiling: a bare boto3 ``send_email`` loop, P processes x T
+              threads, against the same endpoint (the endpoint's own CPU share during it
+              shows it is not what limits the loop);
+
+and prints deliveries/s, each ceiling, the ratio to the lower ceiling (goal >= 0.5) and
+the latencies. Throughput runs set SES_MAX_SEND_RATE very high (the settings default is
+SES's 14/s): the limiter's Redis round trip is still paid for every send. Then, unless
+``--send-rate 0``, a run of ``--rate-deliveries`` with SES_MAX_SEND_RATE=``--send-rate``
+and the Procfile's 2 processes: the rate the endpoint saw must be within 5% of it.
+
+Every run is counted from the outside: the endpoint's requests against the accepted rows;
+every delivery must be accepted exactly once, with one attempt and one request. Any
+difference fails the bench (exit 1). The load average is printed with every phase: the
+figures are only as quiet as the machine.
+
+DATABASE_URL / REDIS_URL name the services; when either is unset the embedded ones are
+started under .tocsin/bench. The bench tenants are suspended (a clock on the same
+database never scans them) and dropped at the end unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+SLUG_PREFIX = "bench-deliver-"
+SLUG_PATTERN = "^bench-deliver-[0-9]+$"  # only what this bench creates
+USERS_PER_TENANT = 250  # recipients; each receives deliveries / tenants / 250 emails
+UNLIMITED_RATE = 1_000_000.0  # emails per second: far above anything measured here
+GOAL_RATIO = 0.5  # deliveries/s over the lower ceiling
+RATE_TOLERANCE = 0.05  # the limited rate must be within 5% of the limit
+NOOP_QUEUE = "bench_noop"
+START_LIMIT = 60.0  # seconds a worker or the endpoint may take to start
+POLL = 0.02  # seconds between two looks at Redis or PostgreSQL while a phase runs
+LOGS = Path(".tocsin/bench").resolve()
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def load() -> str:
+    """The 1, 5 and 15 minute load averages (2 CPUs: above 2, work was waiting for a CPU)."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# -- the endpoint --------------------------------------------------------------------------
+
+
+class Endpoint:
+    """bench/ses_endpoint.py in its own process, read through its own API."""
+
+    def __init__(self, port: int):
+        self.url = f"http://127.0.0.1:{port}"
+        self._log = (LOGS / "ses-endpoint.log").open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.ses_endpoint", "--port", str(port)],
+            stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + START_LIMIT
+        while True:
+            try:
+                self.received()
+                return
+            except OSError as error:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the bench SES endpoint did not start ({error}); "
+                                     f"see {self._log.name}") from None
+                time.sleep(0.1)
+
+    def received(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}/bench/received", timeout=30) as r:
+            return dict(json.load(r))
+
+    def reset(self) -> None:
+        request = urllib.request.Request(f"{self.url}/bench/reset", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+
+    def cpu_seconds(self) -> float:
+        return process_cpu_seconds(self.process.pid)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process (Linux /proc), 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def service_pids() -> list[int]:
+    """The embedded PostgreSQL's postmaster and this process's Redis, when they run here."""
+    pids = []
+    postmaster = LOGS / "pg" / "postmaster.pid"
+    if not os.environ.get("DATABASE_URL") and postmaster.exists():
+        pids.append(int(postmaster.read_text().split()[0]))
+    for task in Path("/proc/self/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{child}/comm").read_text().strip() == "redis-server":
+                    pids.append(int(child))
+    return pids
+
+
+def services_cpu_seconds(pids: Sequence[int]) -> float:
+    """CPU seconds of the embedded services (PostgreSQL with its live backends, Redis)."""
+    return sum(tree_cpu_seconds(pid) for pid in pids)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and its descendants still running (the worker's children)."""
+    total = process_cpu_seconds(pid)
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        children = task / "children"
+        if children.exists():
+            for child in children.read_text().split():
+                total += tree_cpu_seconds(int(child))
+    return total
+
+
+# -- data --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchTenant:
+    slug: str
+    schema: str
+
+
+def drop_bench_tenants(conn: Connection) -> int:
+    from db.migrations import drop_schema
+
+    rows = conn.execute("SELECT id, schema_name FROM control.tenants WHERE slug ~ %s",
+                        [SLUG_PATTERN]).fetchall()
+    for tenant_id, schema in rows:
+        with conn.transaction():
+            drop_schema(conn, str(schema))
+            conn.execute("DELETE FROM control.schema_migrations WHERE schema_name = %s", [schema])
+            conn.execute("DELETE FROM control.tenants WHERE id = %s", [tenant_id])
+    return len(rows)
+
+
+def build(conn: Connection, deliveries: int, tenants: int) -> list[BenchTenant]:
+    """Per tenant, set-based: members, clients whose licence ends in 30 days, the claimed
+    d30 ledger rows, their inbox notifications and one pending email delivery each."""
+    from db.tenancy import create_tenant
+
+    built = []
+    base, extra = divmod(deliveries, tenants)
+    for n in range(1, tenants + 1):
+        tenant = create_tenant(f"{SLUG_PREFIX}{n}", f"Bench delivery tenant {n}", "Europe/London")
+        conn.execute("UPDATE control.tenants SET status = 'suspended' WHERE id = %s", [tenant.id])
+        size = base + (1 if n <= extra else 0)
+        with conn.transaction():
+            conn.execute("SELECT set_config('search_path', %s, true)", [f"{tenant.schema}, public"])
+            conn.execute(
+                "INSERT INTO users (email, display_name, role) "
+                "SELECT 'member' || g || '@bench-deliver.example', 'Bench member ' || g, 'member' "
+                "FROM generate_series(1, %s) AS g",
+                [USERS_PER_TENANT],
+            )
+            conn.execute(
+                "INSERT INTO clients (name, access_expires_on) "
+                "SELECT 'Client ' || g, current_date + 30 FROM generate_series(1, %s) AS g",
+                [size],
+            )
+            conn.execute(
+                "INSERT INTO notification_ledger (rule, subject_kind, subject_id, threshold, due_on, "
+                "status, local_date, prepared_at) "
+                "SELECT 'licence', 'client', id, 'd30', access_expires_on, 'claimed', current_date, "
+                "now() FROM clients ORDER BY id"
+            )
+            conn.execute(
+                """
+                INSERT INTO notifications (recipient_user_id, ledger_id, category, title, body, data,
+                                           idempotency_key)
+                SELECT u.first_id + (l.id %% %(users)s), l.id, 'license_expiring',
+                       'Access for Client ' || l.subject_id || ' ends in 30 days',
+                       'Access for Client ' || l.subject_id || ' ends on '
+                           || to_char(l.due_on, 'YYYY-MM-DD') || '. Renew to keep access.',
+                       jsonb_build_object('href', '/clients/' || l.subject_id),
+                       'bench-deliver:' || l.id
+                FROM notification_ledger l, (SELECT min(id) AS first_id FROM users) u
+                ORDER BY l.id
+                """,
+                {"users": USERS_PER_TENANT},
+            )
+            conn.execute(
+                "INSERT INTO notification_deliveries (notification_id, channel, status, send_after, "
+                "enqueued_at) SELECT id, 'email', 'pending', now(), now() FROM notifications ORDER BY id"
+            )
+        for table in ("users", "clients", "notification_ledger", "notifications",
+                      "notification_deliveries", "delivery_attempts"):
+            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(tenant.schema, table)))
+        built.append(BenchTenant(tenant.slug, tenant.schema))
+    return built
+
+
+def delivery_ids(conn: Connection, tenant: BenchTenant) -> list[int]:
+    rows = conn.execute(sql.SQL("SELECT id FROM {} ORDER BY id").format(
+        sql.Identifier(tenant.schema, "notification_deliveries"))).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def accepted_count(conn: Connection, tenants: Sequence[BenchTenant]) -> tuple[int, int]:
+    """(accepted, settled otherwise: failed, unknown, cancelled ...) over the bench tenants."""
+    accepted = other = 0
+    for t in tenants:
+        row = conn.execute(sql.SQL(
+            "SELECT count(*) FILTER (WHERE status = 'accepted'), "
+            "count(*) FILTER (WHERE status NOT IN ('pending', 'sending', 'accepted')) FROM {}"
+        ).format(sql.Identifier(t.schema, "notification_deliveries"))).fetchone()
+        assert row is not None
+        accepted += int(row[0])
+        other += int(row[1])
+    return accepted, other
+
+
+# -- one delivery run ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeliveryRun:
+    label: str
+    deliveries: int
+    seconds: float  # first claim .. last acceptance, PostgreSQL's clock
+    latencies: list[float]  # claim-to-accepted, seconds, sorted
+    worker_cpu: float  # CPU seconds of the worker processes while they sent
+    services_cpu: float  # CPU seconds of the embedded PostgreSQL and Redis meanwhile
+    endpoint_cpu: float  # CPU seconds of the endpoint meanwhile
+    endpoint_rate: float  # requests/s as the endpoint saw them arrive (first..last)
+    load_before: str
+    load_after: str
+
+    @property
+    def rate(self) -> float:
+        return self.deliveries / self.seconds
+
+    def percentile(self, p: float) -> float:
+        return self.latencies[min(len(self.latencies) - 1, int(len(self.latencies) * p))] * 1000
+
+
+class Failed(Exception):
+    """What the bench counted from the outside does not add up."""
+
+
+def start_worker(processes: int, threads: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """The Procfile's worker line, `tocsin worker --processes P --threads T`."""
+    tocsin = str(Path(sys.executable).parent / "tocsin")
+    handle = log.open("wb")
+    return subprocess.Popen([tocsin, "worker", "--processes", str(processes), "--threads", str(threads)],
+                            env=env, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def stop(process: subprocess.Popen[bytes], what: str) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        say(f"    {what} did not stop within 60 s after SIGTERM; killing it")
+        process.kill()
+        process.wait()
+
+
+def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int, tenants: int,
+                   processes: int, threads: int, send_rate: float) -> DeliveryRun:
+    from actors.email import deliver_email
+
+    drop_bench_tenants(conn)
+    started = time.perf_counter()
+    built = build(conn, count, tenants)
+    say(f"    built {count:,} pending deliveries in {tenants} tenant(s) "
+        f"({time.perf_counter() - started:.1f} s)")
+    endpoint.reset()
+    started = time.perf_counter()
+    for t in built:
+        for delivery_id in delivery_ids(conn, t):
+            deliver_email.send(t.slug, delivery_id)
+    say(f"    enqueued {count:,} deliver_email messages ({time.perf_counter() - started:.1f} s)")
+    env = dict(os.environ, SES_MAX_SEND_RATE=f"{send_rate:g}")
+    log = LOGS / f"worker-{label.replace(' ', '-')}.log"
+    load_before = load()
+    endpoint_cpu = endpoint.cpu_seconds()
+    services = service_pids()
+    services_cpu = services_cpu_seconds(services)
+    worker = start_worker(processes, threads, env, log)
+    worker_cpu = 0.0
+    try:
+        deadline = time.monotonic() + START_LIMIT + count / 5  # bounds a hang only (>= 5/s)
+        while True:
+            worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
+            accepted, other = accepted_count(conn, built)
+            if accepted + other >= count:
+                break
+            if worker.poll() is not None:
+                raise Failed(f"the worker exited with {worker.returncode}; see {log}")
+            if time.monotonic() > deadline:
+                raise Failed(f"only {accepted:,} of {count:,} accepted in time; see {log}")
+            time.sleep(0.25)
+        worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
+        # Before the worker stops: its PostgreSQL backends are counted while they live.
+        services_cpu = services_cpu_seconds(services) - services_cpu
+    finally:
+        load_after = load()
+        endpoint_cpu = endpoint.cpu_seconds() - endpoint_cpu
+        stop(worker, "the worker")
+    seconds, latencies = timings(conn, built)
+    received = endpoint.received()
+    check_exactly_once(conn, built, received, count)
+    span = (received["last"] or 0) - (received["first"] or 0)
+    return DeliveryRun(label, count, seconds, latencies, worker_cpu, services_cpu, endpoint_cpu,
+                       (received["requests"] - 1) / span if span > 0 else float("inf"),
+                       load_before, load_after)
+
+
+def timings(conn: Connection, tenants: Sequence[BenchTenant]) -> tuple[float, list[float]]:
+    """(first claim .. last acceptance in seconds, every claim-to-accepted in seconds)."""
+    first: Any = None
+    last: Any = None
+    latencies: list[float] = []
+    for t in tenants:
+        rows = conn.execute(sql.SQL(
+            "SELECT a.started_at, d.accepted_at FROM {} d JOIN {} a "
+            "ON a.delivery_id = d.id AND a.outcome = 'accepted'"
+        ).format(sql.Identifier(t.schema, "notification_deliveries"),
+                 sql.Identifier(t.schema, "delivery_attempts"))).fetchall()
+        for claimed_at, accepted_at in rows:
+            first = claimed_at if first is None or claimed_at < first else first
+            last = accepted_at if last is None or accepted_at > last else last
+            latencies.append((accepted_at - claimed_at).total_seconds())
+    latencies.sort()
+    return (last - first).total_seconds(), latencies
+
+
+def check_exactly_once(conn: Connection, tenants: Sequence[BenchTenant], received: dict[str, Any],
+                       count: int) -> None:
+    """Every delivery accepted once, after one attempt, with one request at the endpoint and
+    its own provider id; no request for anything else. Raises Failed with what differs."""
+    problems = []
+    accepted_keys: set[str] = set()
+    for t in tenants:
+        deliveries = sql.Identifier(t.schema, "notification_deliveries")
+        attempts = sql.Identifier(t.schema, "delivery_attempts")
+        row = conn.execute(sql.SQL(
+            """
+            SELECT count(*) FILTER (WHERE status = 'accepted'),
+                   count(*) FILTER (WHERE status <> 'accepted'),
+                   count(*) FILTER (WHERE attempts <> 1),
+                   count(DISTINCT provider_message_id),
+                   (SELECT count(*) FROM {attempts}),
+                   (SELECT count(*) FROM {attempts} WHERE outcome IS DISTINCT FROM 'accepted')
+            FROM {deliveries}
+            """).format(deliveries=deliveries, attempts=attempts)).fetchone()
+        assert row is not None
+        ok, not_ok, retried, provider_ids, attempt_rows, bad_attempts = (int(v) for v in row)
+        if not_ok or retried or provider_ids != ok or attempt_rows != ok or bad_attempts:
+            problems.append(f"{t.slug}: {ok} accepted, {not_ok} not accepted, {retried} with more "
+                            f"than one attempt, {provider_ids} distinct provider ids, "
+                            f"{attempt_rows} attempt rows ({bad_attempts} not accepted)")
+        accepted_keys |= {f"{t.slug}/{r[0]}" for r in conn.execute(sql.SQL(
+            "SELECT id FROM {} WHERE status = 'accepted'").format(deliveries)).fetchall()}
+    keys: dict[str, int] = received["keys"]
+    doubled = {k: n for k, n in keys.items() if n > 1}
+    unasked = set(keys) - accepted_keys
+    unsent = accepted_keys - set(keys)
+    if received["requests"] != count or len(accepted_keys) != count:
+        problems.append(f"the endpoint received {received['requests']:,} requests, PostgreSQL "
+                        f"holds {len(accepted_keys):,} accepted deliveries; {count:,} expected")
+    if doubled:
+        problems.append(f"{len(doubled)} deliveries sent more than once, e.g. "
+                        f"{sorted(doubled.items())[:5]}")
+    if unasked:
+        problems.append(f"{len(unasked)} requests for no accepted delivery, e.g. {sorted(unasked)[:5]}")
+    if unsent:
+        problems.append(f"{len(unsent)} accepted deliveries never reached the endpoint, e.g. "
+                        f"{sorted(unsent)[:5]}")
+    if problems:
+        raise Failed("; ".join(problems))
+    say(f"    counted from outside: {received['requests']:,} requests at the endpoint, "
+        f"{len(accepted_keys):,} accepted rows, each delivery once, one attempt each")
+
+
+# -- ceilings ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    label: str
+    messages: int
+    seconds: float
+    endpoint_cpu: float | None = None  # CPU seconds of the endpoint meanwhile (boto3 only)
+    cpu: float = 0.0  # CPU seconds of the processes doing the work (no-op worker, boto3 senders)
+    load: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+
+def noop_ceiling(count: int, processes: int, threads: int) -> Ceiling:
+    """``count`` messages for the no-op actor, enqueued first; then a worker with P
+    processes x T threads; timed from the first acknowledgement seen to the last, by
+    watching the queue's message hash in Redis (a message leaves it when acknowledged)."""
+    import redis
+
+    from bench.noop_actor import noop
+    from tocsin.config import load_settings
+
+    settings = load_settings()
+    client = redis.Redis.from_url(settings.redis_url)
+    pending_key = f"{settings.dramatiq_namespace}:{NOOP_QUEUE}.msgs"
+    for number in range(count):
+        noop.send(number)
+    if client.hlen(pending_key) != count:
+        raise Failed(f"{client.hlen(pending_key)} no-op messages in Redis, {count} enqueued")
+    log = LOGS / f"noop-worker-{processes}.log"
+    load_before = load()
+    with log.open("wb") as handle:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "dramatiq", "bench.noop_actor", "--queues", NOOP_QUEUE,
+             "--processes", str(processes), "--threads", str(threads)],
+            stdout=handle, stderr=subprocess.STDOUT,
+        )
+        try:
+            first: tuple[float, int] | None = None
+            worker_cpu = 0.0
+            deadline = time.monotonic() + START_LIMIT + count / 50
+            while True:
+                worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
+                left = int(client.hlen(pending_key))
+                now = time.perf_counter()
+                if first is None and left < count:
+                    first = (now, left)
+                if left == 0:
+                    break
+                if worker.poll() is not None or time.monotonic() > deadline:
+                    raise Failed(f"the no-op worker left {left:,} messages; see {log}")
+                time.sleep(POLL)
+        finally:
+            stop(worker, "the no-op worker")
+    assert first is not None
+    # From the first look that found acknowledgements: the messages still there then.
+    return Ceiling(f"no-op actor, {processes} x {threads}", first[1], now - first[0],
+                   cpu=worker_cpu * first[1] / count, load=f"{load_before} -> {load()}")
+
+
+def _boto3_sender(process_no: int, threads: int, count: int, ready: Any, go: Any, done: Any,
+                  cpu: Any) -> None:
+    """One process of the boto3 ceiling: the production client config, T threads sharing
+    one client (as a worker process shares its mailer), each sending its share of one
+    representative message in a bare loop."""
+    from actors.ses import OutgoingEmail, SesMailer, aws_client
+    from tocsin.config import load_settings
+
+    settings = load_settings()
+    client: Any = aws_client(settings, "sesv2")
+    raw = SesMailer(settings).compose(OutgoingEmail(
+        "<bench@tocsin.example>", "member1@bench-deliver.example", "Access ends in 30 days",
+        "Access for Client 1 ends in 30 days. Renew to keep access.\n\nhttp://127.0.0.1/clients/1",
+        {}, unsubscribe_url="http://127.0.0.1/unsubscribe/x"))
+    share = [count // threads + (1 if t < count % threads else 0) for t in range(threads)]
+
+    def send(thread_no: int) -> None:
+        for i in range(share[thread_no]):
+            client.send_email(
+                FromEmailAddress=settings.mail_from,
+                Destination={"ToAddresses": ["member1@bench-deliver.example"]},
+                Content={"Raw": {"Data": raw}},
+                EmailTags=[{"Name": "tenant", "Value": f"boto3-{process_no}-{thread_no}"},
+                           {"Name": "delivery", "Value": str(i)}],
+            )
+
+    ready.release()
+    go.wait()
+    started = time.process_time()
+    senders = [threading.Thread(target=send, args=(t,)) for t in range(threads)]
+    for s in senders:
+        s.start()
+    for s in senders:
+        s.join()
+    cpu.put(time.process_time() - started)
+    done.release()
+
+
+def boto3_ceiling(endpoint: Endpoint, count: int, processes: int, threads: int) -> Ceiling:
+    spawn = multiprocessing.get_context("spawn")
+    ready, done, go, cpu = spawn.Semaphore(0), spawn.Semaphore(0), spawn.Event(), spawn.Queue()
+    shares = [count // processes + (1 if p < count % processes else 0) for p in range(processes)]
+    endpoint.reset()
+    senders = [spawn.Process(target=_boto3_sender, args=(p, threads, shares[p], ready, go, done, cpu))
+               for p in range(processes)]
+    for s in senders:
+        s.start()
+    for _ in senders:
+        if not ready.acquire(timeout=START_LIMIT):
+            raise Failed("a boto3 sender process did not start")
+    load_before = load()
+    endpoint_cpu = endpoint.cpu_seconds()
+    started = time.perf_counter()
+    go.set()
+    for _ in senders:
+        if not done.acquire(timeout=START_LIMIT + count / 20):
+            raise Failed("a boto3 sender process did not finish")
+    seconds = time.perf_counter() - started
+    endpoint_cpu = endpoint.cpu_seconds() - endpoint_cpu
+    sender_cpu = sum(cpu.get(timeout=30) for _ in senders)
+    for s in senders:
+        s.join(timeout=30)
+        if s.exitcode != 0:
+            raise Failed(f"a boto3 sender process exited with {s.exitcode}")
+    received = endpoint.received()
+    if received["requests"] != count or len(received["keys"]) != count:
+        raise Failed(f"boto3 loop: {count:,} sent, the endpoint received {received['requests']:,} "
+                     f"({len(received['keys']):,} distinct)")
+    return Ceiling(f"bare boto3 loop, {processes} x {threads}", count, seconds, endpoint_cpu,
+                   cpu=sender_cpu, load=f"{load_before} -> {load()}")
+
+
+# -- report ------------------------------------------------------------------------------
+
+
+def report_throughput(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], threads: int) -> None:
+    say()
+    say("Figures (rates in messages/s; ratio = deliveries/s over the lower ceiling)")
+    say(f"  {'processes x threads':<20} {'deliveries/s':>12} {'no-op/s':>9} {'boto3/s':>9} "
+        f"{'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} {'worker CPU ms/delivery':>23}")
+    for run, noop, boto in runs:
+        lower = min(noop.rate, boto.rate)
+        say(f"  {run.label:<20} {run.rate:>12,.0f} {noop.rate:>9,.0f} {boto.rate:>9,.0f} "
+            f"{run.rate / lower:>6.2f} {run.percentile(0.50):>7.1f} {run.percentile(0.99):>7.1f} "
+            f"{run.worker_cpu / run.deliveries * 1000:>23.2f}")
+    say()
+    for run, noop, boto in runs:
+        lower = min(noop.rate, boto.rate)
+        ratio = run.rate / lower
+        say(f"  {run.label}: ratio {ratio:.2f} to the {'no-op' if noop.rate <= boto.rate else 'boto3'} "
+            f"ceiling (goal >= {GOAL_RATIO}: {'met' if ratio >= GOAL_RATIO else 'NOT met'}); "
+            f"endpoint busy {run.endpoint_cpu / run.seconds:.0%} of one CPU while delivering, "
+            f"{(boto.endpoint_cpu or 0) / boto.seconds:.0%} during the boto3 loop")
+        say(f"      load average: deliveries {run.load_before} -> {run.load_after}; "
+            f"no-op {noop.load}; boto3 {boto.load}")
+    say()
+    say("CPU per message, ms (CPU time suffers far less than wall time from the machine's other")
+    say("load; the cost ratio is boto3's total over the delivery's: the ratio a machine with its")
+    say("CPUs to itself would approach once CPU-bound)")
+    say(f"  {'processes x threads':<20} {'delivery: worker':>16} {'+ PG/Redis':>10} {'+ endpoint':>10} "
+        f"{'= total':>8} {'no-op worker':>12} {'boto3 senders':>13} {'+ endpoint':>10} "
+        f"{'cost ratio':>10}")
+    for run, noop, boto in runs:
+        per = 1000 / run.deliveries
+        delivery = (run.worker_cpu + run.services_cpu + run.endpoint_cpu) * per
+        send = (boto.cpu + (boto.endpoint_cpu or 0)) * 1000 / boto.messages
+        say(f"  {run.label:<20} {run.worker_cpu * per:>16.2f} {run.services_cpu * per:>10.2f} "
+            f"{run.endpoint_cpu * per:>10.2f} {delivery:>8.2f} {noop.cpu * 1000 / noop.messages:>12.2f} "
+            f"{boto.cpu * 1000 / boto.messages:>13.2f} "
+            f"{(boto.endpoint_cpu or 0) * 1000 / boto.messages:>10.2f} "
+            f"{send / delivery:>10.2f}")
+    say()
+    say("Markdown for the README:")
+    say()
+    say("| worker (processes x threads) | deliveries/s | no-op actor/s | bare boto3/s | ratio "
+        "| p50 claim-to-accepted | p99 |")
+    say("|---|---:|---:|---:|---:|---:|---:|")
+    for run, noop, boto in runs:
+        say(f"| {run.label} | {run.rate:,.0f} | {noop.rate:,.0f} | {boto.rate:,.0f} | "
+            f"{run.rate / min(noop.rate, boto.rate):.2f} | {run.percentile(0.50):.0f} ms | "
+            f"{run.percentile(0.99):.0f} ms |")
+
+
+def report_rate(run: DeliveryRun, limit: float) -> bool:
+    off = run.endpoint_rate / limit - 1
+    within = abs(off) <= RATE_TOLERANCE
+    say()
+    say(f"Rate limit: SES_MAX_SEND_RATE={limit:g}, {run.deliveries:,} deliveries, {run.label}")
+    say(f"  the endpoint received {run.endpoint_rate:.2f} requests/s (first to last request); "
+        f"{off:+.1%} from the limit (goal within {RATE_TOLERANCE:.0%}: "
+        f"{'met' if within else 'NOT met'})")
+    say(f"  deliveries/s by PostgreSQL (first claim to last acceptance): {run.rate:.2f}; "
+        f"p50/p99 claim-to-accepted {run.percentile(0.50):.0f}/{run.percentile(0.99):.0f} ms "
+        "(waiting for a send slot included)")
+    say(f"  load average {run.load_before} -> {run.load_after}")
+    return within
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def process_counts(text: str) -> list[int]:
+    try:
+        counts = [positive(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of counts, got {text!r}") from None
+    return counts
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.deliver",
+                                     description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--deliveries", type=positive, default=20_000,
+                        help="deliveries per throughput run (20000)")
+    parser.add_argument("--tenants", type=positive, default=4, help="tenants to spread them over (4)")
+    parser.add_argument("--processes", type=process_counts, default=[1, 2],
+                        help="worker processes, one throughput run each (1,2)")
+    parser.add_argument("--threads", type=positive, default=4,
+                        help="threads per worker process (4, as the Procfile)")
+    parser.add_argument("--send-rate", type=float, default=50.0,
+                        help="SES_MAX_SEND_RATE of the rate-limit run, emails/s (50; 0 skips it)")
+    parser.add_argument("--rate-deliveries", type=positive, default=2_000,
+                        help="deliveries in the rate-limit run (2000)")
+    parser.add_argument("--skip-throughput", action="store_true",
+                        help="only the rate-limit run")
+    parser.add_argument("--keep", action="store_true", help="keep the bench tenants afterwards")
+    args = parser.parse_args(argv)
+    if args.tenants > args.deliveries or args.tenants > args.rate_deliveries:
+        parser.error("--tenants must not exceed the deliveries")
+    if args.send_rate < 0:
+        parser.error("--send-rate must be 0 (skip) or positive")
+    return args
+
+
+def run(args: argparse.Namespace, endpoint: Endpoint) -> bool:
+    from db.migrations import migrate_all
+    from tocsin.config import load_settings
+
+    settings = load_settings()
+    migrate_all()
+    conn = psycopg.connect(settings.database_url, autocommit=True)
+    try:
+        def show(name: str) -> str:
+            row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
+            return "?" if row is None else str(row[0])
+
+        say(f"Machine: {os.cpu_count()} CPUs, PostgreSQL {show('server_version')} "
+            f"(synchronous_commit={show('synchronous_commit')}, fsync={show('fsync')}), "
+            f"Python {sys.version.split()[0]}; load average {load()} (other work shares it)")
+        dropped = drop_bench_tenants(conn)
+        if dropped:
+            say(f"Dropped {dropped} bench tenant(s) left by an earlier run")
+        goals = True
+        if not args.skip_throughput:
+            runs = []
+            for processes in args.processes:
+                label = f"{processes} x {args.threads}"
+                say(f"Deliveries, tocsin worker --processes {processes} --threads {args.threads}, "
+                    f"SES_MAX_SEND_RATE={UNLIMITED_RATE:g} ...")
+                delivered = run_deliveries(conn, endpoint, label, args.deliveries, args.tenants,
+                                           processes, args.threads, UNLIMITED_RATE)
+                say(f"    {delivered.rate:,.0f} deliveries/s; load {delivered.load_before} -> "
+                    f"{delivered.load_after}")
+                say(f"Ceiling: no-op actor, {label} ...")
+                noop = noop_ceiling(args.deliveries, processes, args.threads)
+                say(f"    {noop.rate:,.0f} messages/s; load {noop.load}")
+                say(f"Ceiling: bare boto3 loop, {label} ...")
+                boto = boto3_ceiling(endpoint, args.deliveries, processes, args.threads)
+                say(f"    {boto.rate:,.0f} sends/s; load {boto.load}")
+                runs.append((delivered, noop, boto))
+                goals &= delivered.rate / min(noop.rate, boto.rate) >= GOAL_RATIO
+            report_throughput(runs, args.threads)
+        if args.send_rate > 0:
+            processes = max(args.processes)
+            label = f"{processes} x {args.threads}"
+            say()
+            say(f"Deliveries, tocsin worker --processes {processes} --threads {args.threads}, "
+                f"SES_MAX_SEND_RATE={args.send_rate:g} ...")
+            limited = run_deliveries(conn, endpoint, label, args.rate_deliveries, args.tenants,
+                                     processes, args.threads, args.send_rate)
+            goals &= report_rate(limited, args.send_rate)
+        return goals
+    finally:
+        if not args.keep:
+            drop_bench_tenants(conn)
+        conn.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    from tocsin.services import free_port
+
+    endpoint = Endpoint(free_port())
+    stop_services: Callable[[], None] | None = None
+    os.environ["SES_ENDPOINT_URL"] = endpoint.url
+    try:
+        if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
+            from tocsin.services import start_embedded
+
+            services = start_embedded(LOGS, dict(os.environ))
+            os.environ.update(services.env)
+            for line in services.started:
+                say(f"started {line}")
+            stop_services = services.stop
+        # Set before actors (and so the broker) are imported, and handed to the workers:
+        # nothing leaks into other queues, and the send-slot key is the bench's own.
+        os.environ["DRAMATIQ_NAMESPACE"] = f"tocsin-bench-{uuid.uuid4().hex[:8]}"
+        os.environ["SES_MAX_SEND_RATE"] = f"{UNLIMITED_RATE:g}"
+        say(f"bench SES endpoint at {endpoint.url}; dramatiq namespace "
+            f"{os.environ['DRAMATIQ_NAMESPACE']}; logs in {LOGS}")
+        met = run(args, endpoint)
+    except Failed as error:
+        say()
+        say(f"FAILED: {error}")
+        return 1
+    finally:
+        endpoint.stop()
+        if stop_services is not None:
+            stop_services()
+    say()
+    say("All goals met." if met else "Some goals were NOT met (see above).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The raw message the SES adapter composes: building each header class once (for speed)
+changes no byte of it."""
+
+from __future__ import annotations
+
+import email.policy
+import re
+from email.headerregistry import HeaderRegistry
+
+import pytest
+
+import actors.ses as ses
+from actors.ses import OutgoingEmail, SesMailer
+from tocsin.config import load_settings
+
+CASES = [
+    OutgoingEmail("<d.1@tocsin.example>", "member1@example.com", "Access ends in 30 days",
+                  "Access for Client 1 ends soon.\n\nhttp://127.0.0.1/clients/1",
+                  {"tenant": "a", "delivery": "1"},
+                  unsubscribe_url="http://127.0.0.1:8000/unsubscribe/" + "t" * 300),
+    OutgoingEmail("<d.2@tocsin.example>", "Zoë Ünïcode <zoe@example.com>",
+                  "Résumé: a long subject " + "that goes on " * 12, "Body é ü\nsecond line", {}),
+]
+
+
+def _without_date(raw: bytes) -> bytes:
+    return re.sub(rb"Date: [^\r\n]*", b"Date: -", raw)
+
+
+def test_a_composed_message_is_byte_for_byte_what_the_standard_header_registry_makes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mailer = SesMailer(load_settings())
+    composed = [_without_date(mailer.compose(case)) for case in CASES * 2]  # classes reused
+    monkeypatch.setattr(ses, "HEADERS_UNFOLDED", email.policy.default.clone(max_line_length=998))
+    standard = [_without_date(mailer.compose(case)) for case in CASES * 2]
+    assert composed == standard
+    assert b"List-Unsubscribe: <http://127.0.0.1:8000/unsubscribe/" + b"t" * 300 + b">" in composed[0]
+
+
+def test_each_header_class_is_built_once() -> None:
+    registry = ses.HEADERS_UNFOLDED.header_factory
+    assert isinstance(registry, HeaderRegistry)
+    assert registry["Subject"] is registry["subject"]
+    assert registry["To"] is not registry["Subject"]
