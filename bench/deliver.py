@@ -467,7 +467,7 @@ def noop_ceiling(count: int, processes: int, threads: int) -> Ceiling:
     load_before = load()
     with log.open("wb") as handle:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "dramatiq", "bench.noop_actor", "--queues", NOOP_QUEUE,
+            [sys.executable, "-m", "dramatiq", "bench.noop_actor:boot", "--queues", NOOP_QUEUE,
              "--processes", str(processes), "--threads", str(threads)],
             stdout=handle, stderr=subprocess.STDOUT,
         )
@@ -752,6 +752,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["SES_MAX_SEND_RATE"] = f"{UNLIMITED_RATE:g}"
         say(f"bench SES endpoint at {endpoint.url}; dramatiq namespace "
             f"{os.environ['DRAMATIQ_NAMESPACE']}; logs in {LOGS}")
+        from tocsin import runtime
+        from tocsin.config import load_settings
+
+        # This process enqueues like any other of the product's: the broker installed once.
+        runtime.start_messaging(runtime.start(load_settings()))
         met = run(args, endpoint)
     except Failed as error:
         say()

@@ -1,17 +1,19 @@
 """The Dramatiq ceiling of bench/deliver.py: an actor that does nothing, on Tocsin's broker.
 
-    python -m dramatiq bench.noop_actor --queues bench_noop --processes P --threads T
+    python -m dramatiq bench.noop_actor:boot --queues bench_noop --processes P --threads T
 
-Importing ``actors.broker`` configures the very broker the workers use (same Redis, same
-namespace, same middleware); ``--queues bench_noop`` makes this actor the only one the
-worker runs, so what it measures is Dramatiq's own cost per message.
+``boot`` installs the very broker the workers use (same Redis, same namespace, same
+middleware), as ``actors.worker:boot`` does; ``--queues bench_noop`` makes this actor the
+only one the worker runs, so what it measures is Dramatiq's own cost per message.
 """
 
 from __future__ import annotations
 
 import dramatiq
 
-from actors.broker import broker as broker
+import actors.broker  # noqa: F401  (the placeholder broker the actor is declared on)
+from tocsin import runtime
+from tocsin.config import load_settings
 
 QUEUE = "bench_noop"
 
@@ -19,3 +21,8 @@ QUEUE = "bench_noop"
 @dramatiq.actor(queue_name=QUEUE, max_retries=0)
 def noop(number: int) -> None:
     """Nothing: the ceiling is the cost of fetching, running and acknowledging a message."""
+
+
+def boot() -> None:
+    settings = runtime.start(load_settings())
+    runtime.start_messaging(settings)
