@@ -45,6 +45,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -750,6 +751,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # nothing leaks into other queues, and the send-slot key is the bench's own.
         os.environ["DRAMATIQ_NAMESPACE"] = f"tocsin-bench-{uuid.uuid4().hex[:8]}"
         os.environ["SES_MAX_SEND_RATE"] = f"{UNLIMITED_RATE:g}"
+        # The workers refuse the published default secret; the bench's own is random.
+        os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
         say(f"bench SES endpoint at {endpoint.url}; dramatiq namespace "
             f"{os.environ['DRAMATIQ_NAMESPACE']}; logs in {LOGS}")
         from tocsin import runtime
