@@ -14,9 +14,11 @@ from litestar.datastructures import CacheControlHeader, ResponseHeader, State
 from litestar.di import Provide
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.plugins.prometheus import PrometheusConfig
 from litestar.static_files import create_static_files_router
 from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
+from prometheus_client.registry import CollectorRegistry
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 
@@ -24,6 +26,7 @@ from db.export_budget import ExportBudget
 from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
 from portal.live import InboxListener
+from portal.metrics import WebCollector
 from portal.ratelimit import LoginThrottle, PasswordChecks
 from portal.routes import (
     evidence,
@@ -34,6 +37,7 @@ from portal.routes import (
     live,
     login,
     members,
+    metrics,
     preferences,
     unsubscribe,
 )
@@ -62,6 +66,13 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
+# Latency and counts by route template (/inbox/{notification_id:int}, never the raw path),
+# method and status: Litestar's own middleware, into the process's default registry. The
+# scrapes themselves are left out; unknown paths (404 probes) too, since they have no template.
+HTTP_METRICS = PrometheusConfig(app_name="tocsin", prefix="tocsin_http", group_path=True,
+                                exclude_unhandled_paths=True, exclude=["^/metrics$"])
+
+
 def create_app(
     settings: Settings | None = None, portal_settings: PortalSettings | None = None
 ) -> Litestar:
@@ -88,6 +99,11 @@ def create_app(
         per_user=portal_settings.inbox_streams_per_user,
         per_process=portal_settings.inbox_streams_per_process,
     )
+    inspector = QueueInspector.for_redis(settings.redis_url, settings.dramatiq_namespace)
+    metrics_registry = CollectorRegistry()
+    metrics_registry.register(WebCollector(
+        inspector, listener, sweep_interval_seconds=settings.sweep_interval_seconds,
+        database_seconds=portal_settings.metrics_database_seconds))
     exports = ExportBudget(
         settings.database_url, connections=portal_settings.export_connections,
         per_tenant=portal_settings.exports_per_tenant,
@@ -104,7 +120,7 @@ def create_app(
             members.members, members.invite, members.change_role, members.deactivate_member,
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
-            health.readyz, health.healthz, hooks.ses_events,
+            health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
@@ -113,13 +129,13 @@ def create_app(
         ],
         guards=[requires_login],
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
-        middleware=[session_config(secure=portal_settings.secure_cookies).middleware],
+        middleware=[HTTP_METRICS.middleware,
+                    session_config(secure=portal_settings.secure_cookies).middleware],
         stores={"sessions": sessions},
         state=State({"settings": settings, "portal_settings": portal_settings,
                      "inbox_listener": listener, "export_budget": exports,
                      "login_throttle": LoginThrottle.from_url(settings.redis_url),
-                     "queue_inspector": QueueInspector.for_redis(settings.redis_url,
-                                                                 settings.dramatiq_namespace),
+                     "queue_inspector": inspector, "metrics_registry": metrics_registry,
                      "password_checks": PasswordChecks(
                          portal_settings.password_checks_at_once,
                          portal_settings.password_check_wait_seconds)}),
@@ -134,7 +150,7 @@ def create_app(
             # Read-only, and never needing a token: skipping them avoids a cookie per asset.
             # /hooks/ is called by AWS and authenticated by the SNS signature; /unsubscribe/
             # by its signed token (RFC 8058 one-click: a mail client posts, with no cookie).
-            exclude=["^/static/", "^/(healthz|readyz)$", "^/hooks/", "^/unsubscribe/"],
+            exclude=["^/static/", "^/(healthz|readyz|metrics)$", "^/hooks/", "^/unsubscribe/"],
         ),
         template_config=TemplateConfig(
             instance=JinjaTemplateEngine.from_environment(environment)

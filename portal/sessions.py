@@ -98,5 +98,5 @@ def session_config(*, secure: bool) -> RotatingSessionConfig:
         samesite="lax",
         store="sessions",
         # Static files and the health checks never need to know who is asking.
-        exclude=["^/static/", "^/(healthz|readyz)$"],
+        exclude=["^/static/", "^/(healthz|readyz|metrics)$"],
     )

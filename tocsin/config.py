@@ -45,6 +45,9 @@ class Settings:
     ops_topic_arn: str | None = None  # SNS topic for ops alerts; unset: alerts only logged
     # SNS signing certificates and subscription URLs must match this (scheme and host).
     sns_trusted_url_pattern: str = r"^https://sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/"
+    # The worker's Prometheus endpoint (actors/metrics.py), served by `tocsin worker`; unset: none.
+    metrics_worker_port: int | None = None
+    metrics_worker_host: str = "127.0.0.1"  # unauthenticated: keep it off public interfaces
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -89,6 +92,15 @@ def _pattern(env: Mapping[str, str], name: str, default: str) -> str:
     return value
 
 
+def _optional_port(env: Mapping[str, str], name: str) -> int | None:
+    if not env.get(name):
+        return None
+    port = env_int(env, name, 0)
+    if port > 65_535:
+        raise ConfigError(f"{name} must be a TCP port (1-65535), got {port}")
+    return port
+
+
 def _required(env: Mapping[str, str], name: str) -> str:
     value = env.get(name, "")
     if not value:
@@ -131,4 +143,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         stuck_grace_seconds=env_int(env, "STUCK_GRACE_SECONDS", 30 * 60, minimum=0),
         ops_topic_arn=env.get("OPS_TOPIC_ARN") or None,
         sns_trusted_url_pattern=_pattern(env, "SNS_TRUSTED_URL_PATTERN", Settings.sns_trusted_url_pattern),
+        metrics_worker_port=_optional_port(env, "METRICS_WORKER_PORT"),
+        metrics_worker_host=env.get("METRICS_WORKER_HOST") or "127.0.0.1",
     )

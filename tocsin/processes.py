@@ -56,11 +56,24 @@ def run_worker(processes: int, threads: int) -> int:
     as a process manager in production would, and gives up (non-zero) only when it keeps
     crashing at once.
     """
+    from actors.metrics import endpoint_environment, remove_sample_directory, sample_directory
     from actors.worker import WORKER_BROKER
 
     command = [sys.executable, "-m", "dramatiq", WORKER_BROKER,
                "--processes", str(processes), "--threads", str(threads)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
+    settings = load_settings()  # only for the metrics endpoint; the workers read their own
+    if settings.metrics_worker_port is None:
+        return _supervise(command, None)
+    samples = sample_directory()
+    log.info("metrics on http://%s:%d/", settings.metrics_worker_host, settings.metrics_worker_port)
+    try:
+        return _supervise(command, {**os.environ, **endpoint_environment(settings, samples)})
+    finally:
+        remove_sample_directory(samples)
+
+
+def _supervise(command: list[str], environment: dict[str, str] | None) -> int:
     stopping = False
     child: subprocess.Popen[bytes] | None = None
 
@@ -75,7 +88,7 @@ def run_worker(processes: int, threads: int) -> int:
     signal.signal(signal.SIGINT, forward)
     crashes: deque[float] = deque()  # time.monotonic() of each recent unasked exit
     while True:
-        child = subprocess.Popen(command, start_new_session=True)
+        child = subprocess.Popen(command, start_new_session=True, env=environment)
         if stopping:  # the signal came while the child was being started
             child.send_signal(signal.SIGTERM)
         code = child.wait()
