@@ -66,7 +66,7 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
-# Latency and counts by route template (/inbox/{notification_id:int}, never the raw path),
+# Latency and counts by route template (/clients/{client_id}, never the raw path),
 # method and status: Litestar's own middleware, into the process's default registry. The
 # scrapes themselves are left out; unknown paths (404 probes) too, since they have no template.
 HTTP_METRICS = PrometheusConfig(app_name="tocsin", prefix="tocsin_http", group_path=True,
