@@ -56,8 +56,9 @@ class WebCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         queues = self._queues()
         reading = self._database_reading()
-        up = GaugeMetricFamily("tocsin_metrics_source_up", "1 when this scrape could read the source "
-                               "(redis: the queues; postgresql: deliveries and runs), else 0.",
+        up = GaugeMetricFamily("tocsin_metrics_source_up", "1 when the source answered, else 0 "
+                               "(redis, for the queues: this scrape; postgresql, for deliveries and "
+                               "runs: the last reading, at most METRICS_DATABASE_SECONDS old).",
                                labels=["source"])
         up.add_metric(["redis"], int(queues is not None))
         up.add_metric(["postgresql"], int(reading is not None))
