@@ -5,7 +5,8 @@ Only the statuses that stay small and mean "not done yet" or "look at this" are 
 (all but `batched` have a partial index); the settled ones (accepted, delivered, bounced,
 complained, cancelled) grow with history and are left out: the provider calls and their
 errors are counted as they happen by the workers' counters (actors/metrics.py).
-One statement reads up to TENANTS_PER_STATEMENT schemas, so a reading over thousands of tenants is a few round trips, not one per tenant.
+One statement reads up to TENANTS_PER_STATEMENT schemas, so a reading over thousands of
+tenants is a few round trips, not one per tenant.
 """
 
 from __future__ import annotations
