@@ -78,15 +78,15 @@ def count_scan(counts: ClaimCounts) -> None:
     SCAN_LICENCE_MOVES.labels("closed").inc(counts.closed)
 
 
-def endpoint_environment(settings: Settings, directory: Path) -> dict[str, str]:
+def endpoint_environment(address: tuple[str, int], directory: Path) -> dict[str, str]:
     """What the Dramatiq command's environment needs for the endpoint: the shared sample
     directory, for prometheus-client and for the middleware, and the address to serve."""
-    assert settings.metrics_worker_port is not None
+    host, port = address
     return {
         MULTIPROCESS_DIR: str(directory),
         "dramatiq_prom_db": str(directory),
-        "dramatiq_prom_host": settings.metrics_worker_host,
-        "dramatiq_prom_port": str(settings.metrics_worker_port),
+        "dramatiq_prom_host": host,
+        "dramatiq_prom_port": str(port),
     }
 
 

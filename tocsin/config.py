@@ -101,6 +101,14 @@ def _optional_port(env: Mapping[str, str], name: str) -> int | None:
     return port
 
 
+def worker_metrics_address(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """(host, port) of the worker's Prometheus endpoint, None when METRICS_WORKER_PORT is
+    unset. `tocsin worker`'s supervisor reads only this: the other settings are judged by the
+    Dramatiq processes it starts (and restarts)."""
+    port = _optional_port(env, "METRICS_WORKER_PORT")
+    return None if port is None else (env.get("METRICS_WORKER_HOST") or "127.0.0.1", port)
+
+
 def _required(env: Mapping[str, str], name: str) -> str:
     value = env.get(name, "")
     if not value:

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from tocsin import runtime
-from tocsin.config import load_settings
+from tocsin.config import load_settings, worker_metrics_address
 from tocsin.services import start_embedded, wants_local_aws
 
 # Seconds a stopping web process waits for open requests: open inbox event streams never
@@ -62,13 +62,13 @@ def run_worker(processes: int, threads: int) -> int:
     command = [sys.executable, "-m", "dramatiq", WORKER_BROKER,
                "--processes", str(processes), "--threads", str(threads)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
-    settings = load_settings()  # only for the metrics endpoint; the workers read their own
-    if settings.metrics_worker_port is None:
+    address = worker_metrics_address(os.environ)
+    if address is None:
         return _supervise(command, None)
     samples = sample_directory()
-    log.info("metrics on http://%s:%d/", settings.metrics_worker_host, settings.metrics_worker_port)
+    log.info("metrics on http://%s:%d/", *address)
     try:
-        return _supervise(command, {**os.environ, **endpoint_environment(settings, samples)})
+        return _supervise(command, {**os.environ, **endpoint_environment(address, samples)})
     finally:
         remove_sample_directory(samples)
 
