@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import dramatiq
@@ -30,7 +31,7 @@ from portal.metrics import WebCollector
 from portal.settings import load_portal_settings
 from tests.integration.builders import add_client, scalar
 from tests.integration.conftest import WAIT_LIMIT, new_tenant, remove_tenant, wait_until
-from tests.support.procfile_stack import ROOT, ProcfileStack
+from tests.support.procfile_stack import ROOT, ProcfileStack, environment
 from tocsin.config import ConfigError, load_settings
 from tocsin.queues import PRODUCT_QUEUES, QueueInspector
 from tocsin.services import free_port
@@ -48,6 +49,7 @@ class Running:
     stack: ProcfileStack
     tenant: Tenant
     worker_url: str
+    samples: Path  # the directory the worker processes share their samples in
 
 
 def scrape(url: str, token: str | None = TOKEN) -> list[Sample]:
@@ -86,10 +88,13 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         wait_until(lambda: scalar(tenant, "SELECT count(*) FROM notification_deliveries "
                                           "WHERE channel = 'email' AND status = 'accepted'") == 1,
                    "the reminder to be delivered", WAIT_LIMIT * 2)
-        yield Running(stack, tenant, f"http://127.0.0.1:{worker_port}/")
+        workers = stack.line("worker").dramatiq_workers()
+        samples = Path(environment(workers[0])["PROMETHEUS_MULTIPROC_DIR"])
+        yield Running(stack, tenant, f"http://127.0.0.1:{worker_port}/", samples)
     finally:
         stack.close()
         remove_tenant(tenant)
+    assert not samples.exists(), "tocsin worker removes its sample directory when it stops"
 
 
 def web_samples(running: Running) -> list[Sample]:
@@ -113,6 +118,16 @@ def test_the_worker_endpoint_counts_the_scans_claim_the_provider_call_and_dramat
     assert {s.labels["error_class"] for s in samples if s.name == "tocsin_email_errors_total"} \
         == {"transient", "permanent", "uncertain"}
     assert value(samples, "tocsin_email_errors_total") == 0
+
+
+def test_every_worker_process_writes_to_the_one_directory_the_endpoint_sums(running: Running) -> None:
+    # Dramatiq's children: the two worker processes (WORKER_PROCESSES) and the one it forked
+    # for the endpoint, which only reads.
+    children = running.stack.line("worker").dramatiq_workers()
+    assert len(children) == 3
+    assert {Path(environment(pid)["PROMETHEUS_MULTIPROC_DIR"]) for pid in children} == {running.samples}
+    writers = {int(f.stem.rpartition("_")[2]) for f in running.samples.glob("*.db")}
+    assert len(writers & set(children)) == 2
 
 
 def test_the_web_reports_queues_deliveries_run_ages_and_latency_by_route_template(
