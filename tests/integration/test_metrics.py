@@ -21,16 +21,18 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from actors.metrics import install_endpoint
+from actors.metrics import WORKER_REGISTRY, install_endpoint
 from actors.scan import run_scan
 from db.delivery_totals import CHANNELS, OPEN_STATUSES
 from db.tenancy import Tenant
+from domain.delivery import ErrorClass
 from domain.liveness import RunKind
 from portal.live import InboxListener
 from portal.metrics import WebCollector
 from portal.settings import load_portal_settings
 from tests.integration.builders import add_client, scalar
-from tests.integration.conftest import WAIT_LIMIT, new_tenant, remove_tenant, wait_until
+from tests.integration.conftest import WAIT_LIMIT, RunningWorker, new_tenant, remove_tenant, wait_until
+from tests.support.faulty_ses import FaultySes
 from tests.support.procfile_stack import ROOT, ProcfileStack, environment
 from tocsin.config import ConfigError, load_settings
 from tocsin.queues import PRODUCT_QUEUES, QueueInspector
@@ -259,3 +261,44 @@ def test_a_short_metrics_token_is_refused_at_start() -> None:
         load_portal_settings("http://127.0.0.1:8000", {"METRICS_TOKEN": "short"})
     assert load_portal_settings("http://127.0.0.1:8000", {"METRICS_TOKEN": TOKEN}).metrics_token == TOKEN
 
+
+
+def _worker_counts() -> dict[str, float]:
+    def get(name: str, **labels: str) -> float:
+        return WORKER_REGISTRY.get_sample_value(name, labels) or 0.0
+
+    return {"attempts": get("tocsin_email_attempts_total"),
+            **{c.value: get("tocsin_email_errors_total", error_class=c.value) for c in ErrorClass},
+            "claimed": get("tocsin_scan_claims_total", rule="licence", outcome="claimed")}
+
+
+def test_a_rejected_send_counts_one_provider_call_and_one_permanent_error(
+    tenant: Tenant, worker: RunningWorker, faulty_ses: FaultySes,
+) -> None:
+    today = datetime.now(ZoneInfo(tenant.time_zone)).date()
+    add_client(tenant, today + timedelta(days=7), name="Rejected Ltd")
+    faulty_ses.policy = lambda n: "reject"
+    before = _worker_counts()
+    run_scan(tenant.slug, datetime.now(UTC))  # its email goes to the worker once committed
+    worker.drain()
+    assert scalar(tenant, "SELECT status FROM notification_deliveries WHERE channel = 'email'") == "failed"
+    after = _worker_counts()
+    assert after["attempts"] - before["attempts"] == 1
+    assert after["permanent"] - before["permanent"] == 1
+    assert after["transient"] == before["transient"] and after["uncertain"] == before["uncertain"]
+
+
+def test_an_open_live_inbox_stream_is_counted_until_it_closes() -> None:
+    settings = load_settings()
+    inspector = QueueInspector.for_redis(settings.redis_url, settings.dramatiq_namespace)
+    listener = InboxListener(settings.redis_url, settings.dramatiq_namespace)
+    collector = WebCollector(inspector, listener, sweep_interval_seconds=60, database_seconds=3600)
+
+    def streams() -> float:
+        return next(s.value for family in collector.collect() if family.name == "tocsin_sse_connections"
+                    for s in family.samples)
+
+    assert streams() == 0
+    with listener.watch("some-tenant", 1), listener.watch("some-tenant", 2):
+        assert streams() == 2
+    assert streams() == 0
