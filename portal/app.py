@@ -67,10 +67,11 @@ CONTENT_SECURITY_POLICY = (
 
 
 # Latency and counts by route template (/clients/{client_id}, never the raw path),
-# method and status: Litestar's own middleware, into the process's default registry. The
-# scrapes themselves are left out; unknown paths (404 probes) too, since they have no template.
+# method and status: Litestar's own middleware, into the process's default registry. Left
+# out: the scrapes; unknown paths (404 probes), which have no template; and the live inbox
+# stream, open for minutes by design (tocsin_sse_connections counts those).
 HTTP_METRICS = PrometheusConfig(app_name="tocsin", prefix="tocsin_http", group_path=True,
-                                exclude_unhandled_paths=True, exclude=["^/metrics$"])
+                                exclude_unhandled_paths=True, exclude=["^/metrics$", "^/inbox/stream$"])
 
 
 def create_app(

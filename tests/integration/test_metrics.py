@@ -137,6 +137,7 @@ def test_the_web_reports_queues_deliveries_run_ages_and_latency_by_route_templat
 ) -> None:
     # A request to a route with a parameter: its latency is filed under the template.
     httpx.get(f"{running.stack.portal_url}/clients/424242", timeout=10)
+    httpx.get(f"{running.stack.portal_url}/inbox/stream", timeout=10)  # not signed in: refused at once
     samples = web_samples(running)
     assert value(samples, "tocsin_metrics_source_up", source="postgresql") == 1
     assert value(samples, "tocsin_metrics_source_up", source="redis") == 1
@@ -154,6 +155,7 @@ def test_the_web_reports_queues_deliveries_run_ages_and_latency_by_route_templat
     assert "/healthz" in paths  # the stack waited on it
     assert not any("424242" in p for p in paths)
     assert "/metrics" not in paths  # scrapes are not counted
+    assert "/inbox/stream" not in paths  # open for minutes by design: counted as SSE connections
 
 
 def test_no_label_names_a_tenant_and_every_label_has_few_values(running: Running) -> None:
