@@ -304,3 +304,15 @@ def test_an_open_live_inbox_stream_is_counted_until_it_closes() -> None:
     with listener.watch("some-tenant", 1), listener.watch("some-tenant", 2):
         assert streams() == 2
     assert streams() == 0
+
+
+def test_a_scrape_while_redis_is_down_reports_it_down_instead_of_failing() -> None:
+    settings = load_settings()
+    nowhere = QueueInspector.for_redis("redis://127.0.0.1:1/0", settings.dramatiq_namespace)  # no one there
+    listener = InboxListener(settings.redis_url, settings.dramatiq_namespace)
+    collector = WebCollector(nowhere, listener, sweep_interval_seconds=60, database_seconds=3600)
+    families = {family.name: family for family in collector.collect()}
+    up = {s.labels["source"]: s.value for s in families["tocsin_metrics_source_up"].samples}
+    assert up == {"redis": 0, "postgresql": 1}
+    assert "tocsin_queue_messages" not in families  # no made-up zeros for what was not read
+    assert "tocsin_deliveries" in families
