@@ -13,6 +13,7 @@ from email.utils import parseaddr
 
 import dramatiq
 
+from actors.metrics import EMAIL_ATTEMPTS, EMAIL_ERRORS
 from actors.rate_limit import RateLimited, get_limiter
 from actors.ses import OutgoingEmail, ProviderError, get_mailer
 from db.deliveries import (
@@ -54,12 +55,15 @@ def deliver_email(slug: str, delivery_id: int) -> None:
             log.warning("delivery tenant=%s id=%d attempt=%d lease lost before the send; not sent",
                         slug, claim.delivery_id, claim.attempt)
             return
+    EMAIL_ATTEMPTS.inc()
     try:
         accepted = get_mailer().send(_compose(slug, claim, settings))
     except ProviderError as error:
+        EMAIL_ERRORS.labels(error.error_class.value).inc()
         _record_error(slug, claim, error)
         return
     except BaseException as error:  # a time limit or shutdown while the request was out
+        EMAIL_ERRORS.labels(ErrorClass.UNCERTAIN.value).inc()
         _record_lost_answer(slug, claim, type(error).__name__)
         raise
     recorded = retrying(lambda: _accepted(slug, claim, accepted.provider_message_id, accepted.request_id))

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import dramatiq
 
+from actors.metrics import SCAN_SECONDS, count_scan
 from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
@@ -45,8 +46,10 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
 
 @dramatiq.actor(queue_name="scan", time_limit=10 * 60_000)  # milliseconds
 def scan_tenant(slug: str, as_of: str) -> None:
-    report = run_scan(slug, parse_instant(as_of))
+    with SCAN_SECONDS.time():
+        report = run_scan(slug, parse_instant(as_of))
     c = report.counts
+    count_scan(c)
     log.info("scanned tenant=%s as_of=%s claimed=%d skipped=%d expired=%d closed=%d enqueued=%d",
              slug, as_of, c.claimed, c.skipped, c.expired, c.closed, report.enqueued)
 

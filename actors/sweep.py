@@ -19,6 +19,7 @@ import dramatiq
 import redis
 
 from actors.broker import current_broker
+from actors.metrics import SWEEP_SECONDS
 from actors.ops import publish_alerts
 from db.alerts import raise_alerts
 from db.deliveries import schedule_due_deliveries
@@ -77,7 +78,8 @@ def redis_was_emptied(client: redis.Redis) -> bool:
 
 @dramatiq.actor(queue_name="sweep", time_limit=5 * 60_000, max_age=10 * 60_000)  # milliseconds
 def sweep_tenant(slug: str, redis_lost: bool = False) -> None:
-    r = run_sweep(slug, redis_lost=redis_lost)
+    with SWEEP_SECONDS.time():
+        r = run_sweep(slug, redis_lost=redis_lost)
     if r.leases != LeaseReport(0, 0, 0) or r.reconciled != ReconcileReport(0, 0, 0) or r.repaired \
             or r.enqueued or r.alerts_raised:
         log.info("swept tenant=%s retried=%d unknown=%d failed=%d confirmed=%d resent=%d held=%d "

@@ -8,6 +8,8 @@ installs the broker those actors run on.
 from __future__ import annotations
 
 import actors  # noqa: F401  (declares every actor)
+from actors.broker import current_broker
+from actors.metrics import install_endpoint
 from tocsin import runtime
 from tocsin.config import load_settings
 
@@ -17,3 +19,4 @@ WORKER_BROKER = "actors.worker:boot"  # the broker argument of the worker comman
 def boot() -> None:
     settings = runtime.start(load_settings())
     runtime.start_messaging(settings)
+    install_endpoint(current_broker(), settings)  # the Prometheus endpoint, when one is set

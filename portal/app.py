@@ -15,8 +15,10 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.plugins.prometheus import PrometheusConfig
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
+from prometheus_client.registry import CollectorRegistry
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 
@@ -24,6 +26,7 @@ from db.export_budget import ExportBudget
 from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
 from portal.live import InboxListener
+from portal.metrics import WebCollector
 from portal.ratelimit import LoginThrottle, PasswordChecks
 from portal.redaction import install_log_redaction
 from portal.routes import (
@@ -35,6 +38,7 @@ from portal.routes import (
     live,
     login,
     members,
+    metrics,
     preferences,
     unsubscribe,
 )
@@ -66,6 +70,14 @@ CONTENT_SECURITY_POLICY = (
 )
 # Behind https (PORTAL_URL), browsers must never fall back to http for this host.
 HSTS = "max-age=31536000"  # seconds: one year
+
+
+# Latency and counts by route template (/clients/{client_id}, never the raw path),
+# method and status: Litestar's own middleware, into the process's default registry. Left
+# out: the scrapes; unknown paths (404 probes), which have no template; and the live inbox
+# stream, open for minutes by design (tocsin_sse_connections counts those).
+HTTP_METRICS = PrometheusConfig(app_name="tocsin", prefix="tocsin_http", group_path=True,
+                                exclude_unhandled_paths=True, exclude=["^/metrics$", "^/inbox/stream$"])
 
 
 def create_app(
@@ -102,6 +114,11 @@ def create_app(
         per_user=portal_settings.inbox_streams_per_user,
         per_process=portal_settings.inbox_streams_per_process,
     )
+    inspector = QueueInspector.for_redis(settings.redis_url, settings.dramatiq_namespace)
+    metrics_registry = CollectorRegistry()
+    metrics_registry.register(WebCollector(
+        inspector, listener, sweep_interval_seconds=settings.sweep_interval_seconds,
+        database_seconds=portal_settings.metrics_database_seconds))
     exports = ExportBudget(
         settings.database_url, connections=portal_settings.export_connections,
         per_tenant=portal_settings.exports_per_tenant,
@@ -118,7 +135,7 @@ def create_app(
             members.members, members.invite, members.change_role, members.deactivate_member,
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
-            health.readyz, health.healthz, hooks.ses_events,
+            health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
@@ -127,14 +144,14 @@ def create_app(
         ],
         guards=[requires_login],
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
-        middleware=[session_config(secure=portal_settings.secure_cookies,
+        middleware=[HTTP_METRICS.middleware,
+                    session_config(secure=portal_settings.secure_cookies,
                                    idle_seconds=settings.session_idle_seconds).middleware],
         state=State({"settings": settings, "portal_settings": portal_settings,
                      "inbox_listener": listener, "export_budget": exports,
                      "signing_keys": keys, STORE: sessions,
                      "login_throttle": LoginThrottle.from_url(settings.redis_url),
-                     "queue_inspector": QueueInspector.for_redis(settings.redis_url,
-                                                                 settings.dramatiq_namespace),
+                     "queue_inspector": inspector, "metrics_registry": metrics_registry,
                      "password_checks": PasswordChecks(
                          portal_settings.password_checks_at_once,
                          portal_settings.password_check_wait_seconds)}),
@@ -149,7 +166,7 @@ def create_app(
             # Read-only, and never needing a token: skipping them avoids a cookie per asset.
             # /hooks/ is called by AWS and authenticated by the SNS signature; /unsubscribe/
             # by its signed token (RFC 8058 one-click: a mail client posts, with no cookie).
-            exclude=["^/static/", "^/(healthz|readyz)$", "^/hooks/", "^/unsubscribe/"],
+            exclude=["^/static/", "^/(healthz|readyz|metrics)$", "^/hooks/", "^/unsubscribe/"],
         ),
         template_config=TemplateConfig(
             instance=JinjaTemplateEngine.from_environment(environment)

@@ -233,5 +233,5 @@ def session_config(*, secure: bool, idle_seconds: int) -> SignedSessionConfig:
         httponly=True,
         samesite="lax",
         # Static files and the health checks never need to know who is asking.
-        exclude=["^/static/", "^/(healthz|readyz)$"],
+        exclude=["^/static/", "^/(healthz|readyz|metrics)$"],
     )

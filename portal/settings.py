@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from litestar import Request
@@ -35,6 +35,8 @@ class PortalSettings:
     password_checks_at_once: int = 4  # argon2 checks running at once per process (64 MiB each)
     password_check_wait_seconds: float = 5.0  # seconds a sign-in waits for a turn, then 503
     trusted_proxies: tuple[IPNetwork, ...] = ()  # peers whose X-Forwarded-For is believed
+    metrics_token: str | None = field(default=None, repr=False)  # /metrics wants this bearer token
+    metrics_database_seconds: int = 30  # seconds /metrics serves one PostgreSQL reading again
 
 
 def _env_switch(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -68,6 +70,8 @@ def load_portal_settings(portal_url: str, env: Mapping[str, str] | None = None) 
         password_checks_at_once=env_int(env, "PASSWORD_CHECKS_AT_ONCE", 4),
         password_check_wait_seconds=env_float(env, "PASSWORD_CHECK_WAIT_SECONDS", 5.0),
         trusted_proxies=parse_trusted_proxies(env.get("TRUSTED_PROXIES", "")),
+        metrics_token=_metrics_token(env),
+        metrics_database_seconds=env_int(env, "METRICS_DATABASE_SECONDS", 30),
     )
 
 
@@ -82,3 +86,15 @@ def _at_most(value: int, maximum: int, name: str) -> int:
     if value > maximum:
         raise ConfigError(f"{name} must be at most {maximum}, got {value}")
     return value
+
+
+METRICS_TOKEN_MINIMUM = 16  # characters: a bearer token anyone can try against /metrics
+
+
+def _metrics_token(env: Mapping[str, str]) -> str | None:
+    token = env.get("METRICS_TOKEN", "").strip()
+    if not token:
+        return None
+    if len(token) < METRICS_TOKEN_MINIMUM:
+        raise ConfigError(f"METRICS_TOKEN must be at least {METRICS_TOKEN_MINIMUM} characters")
+    return token

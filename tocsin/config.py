@@ -58,6 +58,9 @@ class Settings:
     # Session lifetimes in seconds: idle (slides with each request) and absolute (never slides).
     session_idle_seconds: int = 8 * 60 * 60
     session_absolute_seconds: int = 24 * 60 * 60
+    # The worker's Prometheus endpoint (actors/metrics.py), served by `tocsin worker`; unset: none.
+    metrics_worker_port: int | None = None
+    metrics_worker_host: str = "127.0.0.1"  # unauthenticated: keep it off public interfaces
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -107,6 +110,23 @@ def _test_origin(env: Mapping[str, str], name: str) -> str | None:
         return None if value is None else valid_test_origin(value)
     except InvalidInput as error:
         raise ConfigError(str(error)) from None
+
+
+def _optional_port(env: Mapping[str, str], name: str) -> int | None:
+    if not env.get(name):
+        return None
+    port = env_int(env, name, 0)
+    if port > 65_535:
+        raise ConfigError(f"{name} must be a TCP port (1-65535), got {port}")
+    return port
+
+
+def worker_metrics_address(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """(host, port) of the worker's Prometheus endpoint, None when METRICS_WORKER_PORT is
+    unset. `tocsin worker`'s supervisor reads only this: the other settings are judged by the
+    Dramatiq processes it starts (and restarts)."""
+    port = _optional_port(env, "METRICS_WORKER_PORT")
+    return None if port is None else (env.get("METRICS_WORKER_HOST") or "127.0.0.1", port)
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -178,4 +198,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         embedded=secrets.embedded,
         session_idle_seconds=env_int(env, "SESSION_IDLE_SECONDS", 8 * 60 * 60, minimum=60),
         session_absolute_seconds=env_int(env, "SESSION_ABSOLUTE_SECONDS", 24 * 60 * 60, minimum=60),
+        metrics_worker_port=_optional_port(env, "METRICS_WORKER_PORT"),
+        metrics_worker_host=env.get("METRICS_WORKER_HOST") or "127.0.0.1",
     )

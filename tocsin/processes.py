@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from tocsin import runtime
-from tocsin.config import load_secrets, load_settings
+from tocsin.config import load_secrets, load_settings, worker_metrics_address
 from tocsin.services import start_embedded, wants_local_aws
 from tocsin.signing_keys import kept_session_secret, require_strong_secret
 
@@ -60,6 +60,7 @@ def run_worker(processes: int, threads: int) -> int:
     as a process manager in production would, and gives up (non-zero) only when it keeps
     crashing at once.
     """
+    from actors.metrics import endpoint_environment, remove_sample_directory, sample_directory
     from actors.worker import WORKER_BROKER
 
     # It signs the unsubscribe links of every email. Only the secrets are read here: the
@@ -68,6 +69,18 @@ def run_worker(processes: int, threads: int) -> int:
     command = [sys.executable, "-m", "dramatiq", WORKER_BROKER,
                "--processes", str(processes), "--threads", str(threads)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
+    address = worker_metrics_address(os.environ)
+    if address is None:
+        return _supervise(command, None)
+    samples = sample_directory()
+    log.info("metrics on http://%s:%d/", *address)
+    try:
+        return _supervise(command, {**os.environ, **endpoint_environment(address, samples)})
+    finally:
+        remove_sample_directory(samples)
+
+
+def _supervise(command: list[str], environment: dict[str, str] | None) -> int:
     stopping = False
     child: subprocess.Popen[bytes] | None = None
 
@@ -82,7 +95,7 @@ def run_worker(processes: int, threads: int) -> int:
     signal.signal(signal.SIGINT, forward)
     crashes: deque[float] = deque()  # time.monotonic() of each recent unasked exit
     while True:
-        child = subprocess.Popen(command, start_new_session=True)
+        child = subprocess.Popen(command, start_new_session=True, env=environment)
         if stopping:  # the signal came while the child was being started
             child.send_signal(signal.SIGTERM)
         code = child.wait()
