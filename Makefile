@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint chromium bench bench-portal clean
+.PHONY: run test lint chromium bench bench-portal bench-tenants clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -44,6 +44,9 @@ bench: $(STAMP)
 
 bench-portal: $(STAMP)
 	$(BIN)/python -m bench.portal
+
+bench-tenants: $(STAMP)
+	$(BIN)/python -m bench.tenants
 
 clean:
 	rm -rf $(VENV) .tocsin test-artifacts .mypy_cache .ruff_cache .pytest_cache

@@ -52,7 +52,7 @@ from bench.scan import (
     say,
     try_checkpoint,
 )
-from domain.identity import parse_instant, schema_for
+from domain.identity import parse_instant
 from tests.support.many_tenants import add_unmigrated_tenants, remove_tenants_like
 
 FEW_PREFIX = "benchfew-"
@@ -65,20 +65,17 @@ def drop_all(conn: Connection) -> int:
 
 
 def make_tenants(conn: Connection, prefix: str, count: int) -> list[BenchTenant]:
-    """Suspended tenants with empty schemas; `tocsin migrate` gives them their tables."""
+    """Suspended tenants with empty schemas, their zones spread as bench/scan.py spreads
+    them; `tocsin migrate` gives them their tables."""
     schemas = add_unmigrated_tenants(conn, prefix, count, status="suspended")
     width = max(4, len(str(count)))
-    tenants = []
-    for n, schema in enumerate(schemas, start=1):
-        zone = TENANT_ZONES[(n - 1) % len(TENANT_ZONES)]
-        tenants.append(BenchTenant(n, f"{prefix}{n:0{width}d}", schema, zone))
-    conn.execute(
-        "UPDATE control.tenants SET time_zone = (%s::text[])[1 + (id %% %s)] "
-        "WHERE starts_with(slug, %s)", [list(TENANT_ZONES), len(TENANT_ZONES), prefix])
-    zones = dict(conn.execute(
-        "SELECT slug, time_zone FROM control.tenants WHERE starts_with(slug, %s)", [prefix]
-    ).fetchall())
-    return [BenchTenant(t.number, t.slug, t.schema, str(zones[t.slug])) for t in tenants]
+    tenants = [BenchTenant(n, f"{prefix}{n:0{width}d}", schema,
+                           TENANT_ZONES[(n - 1) % len(TENANT_ZONES)])
+               for n, schema in enumerate(schemas, start=1)]
+    with conn.transaction(), conn.cursor() as cur:
+        cur.executemany("UPDATE control.tenants SET time_zone = %s WHERE slug = %s",
+                        [(t.time_zone, t.slug) for t in tenants])
+    return tenants
 
 
 def migrate(label: str) -> float:

@@ -15,7 +15,7 @@ import psycopg
 
 from db.errors import DatabaseUnavailable
 from db.pool import connection
-from db.tenancy import TenantTx, not_migrated_is_an_error, tenant_tx
+from db.tenancy import TenantTx, not_migrated_is_an_error
 from domain.liveness import RunKind
 
 
