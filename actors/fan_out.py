@@ -24,8 +24,8 @@ def in_groups(slugs: Sequence[str], size: int = TENANTS_PER_MESSAGE) -> Iterator
         yield list(slugs[start:start + size])
 
 
-def run_each(slugs: Sequence[str], run: Callable[[str], object],
-             send_alone: Callable[[str], object], what: str) -> None:
+def run_each(slugs: Sequence[str], run: Callable[[str], None],
+             send_alone: Callable[[str], None], what: str) -> None:
     """Run ``run`` for each tenant of a group; a tenant whose run raised is sent on its own
     (``send_alone``), where Dramatiq's retries apply to it alone."""
     for slug in slugs:
