@@ -8,7 +8,6 @@ from datetime import datetime
 
 import dramatiq
 
-from actors.fan_out import in_groups, run_each
 from db.deliveries import schedule_deliveries
 from db.digests import BuiltDigest, build_due_digests
 from db.runs import fan_out_order, record_completed
@@ -39,17 +38,10 @@ def build_digests(slug: str, as_of: str) -> None:
              sum(d.items for d in built))
 
 
-@dramatiq.actor(queue_name="digest", time_limit=10 * 60_000)  # milliseconds
-def build_digests_of(slugs: list[str], as_of: str) -> None:
-    """A fan-out group: each tenant's digests in turn (actors/fan_out.py)."""
-    run_each(slugs, lambda slug: build_digests.fn(slug, as_of),
-             lambda slug: build_digests.send(slug, as_of), "digest build")
-
-
 @dramatiq.actor(queue_name="digest", time_limit=60_000)  # milliseconds
 def digest_tick(as_of: str | None = None) -> None:
-    """Fan out a digest build of every active tenant, all for the same instant, in groups,
-    the tenants built longest ago first (db/runs.py fan_out_order)."""
-    instant = (parse_instant(as_of) if as_of else utcnow()).isoformat()
-    for group in in_groups(fan_out_order(RunKind.DIGEST)):
-        build_digests_of.send(group, instant)
+    """Fan out one digest build per active tenant, all for the same instant, the tenants
+    built longest ago first (db/runs.py fan_out_order)."""
+    instant = parse_instant(as_of) if as_of else utcnow()
+    for slug in fan_out_order(RunKind.DIGEST):
+        build_digests.send(slug, instant.isoformat())

@@ -4,13 +4,11 @@ prepares, commits, and only then are the emails enqueued (by the transaction its
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import dramatiq
 
-from actors.fan_out import in_groups, run_each
 from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
@@ -55,21 +53,10 @@ def scan_tenant(slug: str, as_of: str) -> None:
              slug, as_of, c.claimed, c.skipped, c.expired, c.closed, report.enqueued)
 
 
-@dramatiq.actor(queue_name="scan", time_limit=10 * 60_000)  # milliseconds
-def scan_tenants(slugs: list[str], as_of: str) -> None:
-    """A fan-out group: each tenant's scan in turn (actors/fan_out.py)."""
-    run_each(slugs, lambda slug: scan_tenant.fn(slug, as_of),
-             lambda slug: scan_tenant.send(slug, as_of), "scan")
-
-
-def send_scans(slugs: Sequence[str], as_of: datetime) -> None:
-    """Fan out the scans of ``slugs`` at one instant, in groups, in this order."""
-    for group in in_groups(slugs):
-        scan_tenants.send(group, as_of.isoformat())
-
-
 @dramatiq.actor(queue_name="scan", time_limit=60_000)  # milliseconds
 def tick(as_of: str | None = None) -> None:
-    """Fan out a scan of every active tenant, all for the same instant, the tenants scanned
+    """Fan out one scan per active tenant, all for the same instant, the tenants scanned
     longest ago first (db/runs.py fan_out_order: no tenant waits behind the same others)."""
-    send_scans(fan_out_order(RunKind.SCAN), parse_instant(as_of) if as_of else datetime.now(UTC))
+    instant = parse_instant(as_of) if as_of else datetime.now(UTC)
+    for slug in fan_out_order(RunKind.SCAN):
+        scan_tenant.send(slug, instant.isoformat())

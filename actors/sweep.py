@@ -19,7 +19,6 @@ import dramatiq
 import redis
 
 from actors.broker import current_broker
-from actors.fan_out import in_groups, run_each
 from actors.ops import publish_alerts
 from db.alerts import has_unpublished, raise_alerts
 from db.deliveries import schedule_due_deliveries
@@ -92,22 +91,15 @@ def sweep_tenant(slug: str, redis_lost: bool = False) -> None:
                  r.reconciled.held, r.repaired, r.enqueued, r.alerts_raised, r.alerts_published)
 
 
-@dramatiq.actor(queue_name="sweep", time_limit=5 * 60_000, max_age=10 * 60_000)  # milliseconds
-def sweep_tenants(slugs: list[str], redis_lost: bool = False) -> None:
-    """A fan-out group: each tenant's sweep in turn (actors/fan_out.py)."""
-    run_each(slugs, lambda slug: sweep_tenant.fn(slug, redis_lost),
-             lambda slug: sweep_tenant.send(slug, redis_lost), "sweep")
-
-
 @dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=10 * 60_000)  # milliseconds
 def sweep() -> None:
-    """Fan out a sweep of every active tenant, in groups, the tenants swept longest ago
-    first (db/runs.py fan_out_order)."""
+    """Fan out one sweep per active tenant, the tenants swept longest ago first
+    (db/runs.py fan_out_order)."""
     client = current_broker().client
     lost = redis_was_emptied(client)
     if lost:
         log.warning("Redis holds no sweeper marker (flushed or restarted): re-enqueueing all due work")
-    for group in in_groups(fan_out_order(RunKind.SWEEP)):
-        sweep_tenants.send(group, lost)
+    for slug in fan_out_order(RunKind.SWEEP):
+        sweep_tenant.send(slug, lost)
     if lost:
         client.set(marker_key(), "1")

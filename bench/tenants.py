@@ -10,8 +10,8 @@ prints:
   (1) `tocsin migrate` over the ``--many`` schemas, made empty in bulk (tenant rows and
       CREATE SCHEMA in one transaction): the real command, as a subprocess, with the
       same migrations every tenant gets; seconds per tenant;
-  (2) the scan of each layout, as production runs it (the tick's fan-out, groups of
-      tenants per message, through Redis to a real Dramatiq worker): claims/s,
+  (2) the scan of each layout, as production runs it (one scan_tenant message per tenant
+      through Redis to a real Dramatiq worker, bench/scan.py's project_scan): claims/s,
       and the many-tenant figure as a share of the few-tenant one (goal: at least 0.5);
   (3) the replay of the many-tenant scan (everything claimed): the fixed cost of one
       tenant's scan, in milliseconds per tenant;
@@ -43,14 +43,13 @@ from bench.scan import (
     TENANT_ZONES,
     BenchTenant,
     Connection,
-    ScanTotals,
     client_rows,
     connect,
     ledger_rows,
     machine_facts,
     positive,
+    project_scan,
     say,
-    scan_outcomes,
     try_checkpoint,
 )
 from domain.identity import parse_instant
@@ -120,32 +119,6 @@ def load_clients(conn: Connection, tenants: Sequence[BenchTenant], clients: int,
                 f"({time.perf_counter() - started:.0f}s)")
 
 
-def fan_out_scan(conn: Connection, tenants: Sequence[BenchTenant], as_of: datetime,
-                 workers: int) -> tuple[ScanTotals, float]:
-    """The scans of ``tenants`` as the tick fans them out (actors/scan.py send_scans: groups
-    of tenants per message), through Redis to a real Dramatiq worker with ``workers``
-    threads; timed from the first send until the worker has finished the last scan."""
-    import dramatiq
-
-    from actors.broker import current_broker
-    from actors.scan import send_scans
-
-    broker = current_broker()
-    before = scan_outcomes(conn, tenants)
-    worker = dramatiq.Worker(broker, queues={"scan"}, worker_threads=workers, worker_timeout=20)
-    worker.start()
-    try:
-        started = time.perf_counter()
-        send_scans([t.slug for t in tenants], as_of)
-        broker.join("scan", interval=5)
-        worker.join()
-        elapsed = time.perf_counter() - started
-    finally:
-        worker.stop()
-    after = scan_outcomes(conn, tenants)
-    return ScanTotals(*(a - b for a, b in zip(after, before, strict=True))), elapsed
-
-
 def set_status(conn: Connection, prefix: str, status: str) -> None:
     conn.execute("UPDATE control.tenants SET status = %s WHERE starts_with(slug, %s)",
                  [status, prefix])
@@ -156,10 +129,11 @@ def full_tick(conn: Connection, prefix: str, as_of: datetime, workers: int) -> t
     worker runs them. Timed until the scan queue is empty and the worker idle."""
     import dramatiq
 
-    from actors.broker import current_broker
+    from actors.broker import install_broker
     from actors.scan import tick
+    from tocsin import runtime
 
-    broker = current_broker()
+    broker = install_broker(runtime.settings())
     active = conn.execute("SELECT count(*) FROM control.tenants WHERE status = 'active'").fetchone()
     set_status(conn, prefix, "active")
     worker = dramatiq.Worker(broker, queues={"scan"}, worker_threads=workers, worker_timeout=20)
@@ -180,10 +154,11 @@ def full_tick(conn: Connection, prefix: str, as_of: datetime, workers: int) -> t
 def full_sweep(conn: Connection, prefix: str, workers: int) -> float:
     import dramatiq
 
-    from actors.broker import current_broker
+    from actors.broker import install_broker
     from actors.sweep import sweep
+    from tocsin import runtime
 
-    broker = current_broker()
+    broker = install_broker(runtime.settings())
     set_status(conn, prefix, "active")
     worker = dramatiq.Worker(broker, queues={"sweep"}, worker_threads=workers, worker_timeout=20)
     worker.start()
@@ -226,11 +201,6 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
     as_of: datetime = args.as_of or datetime.now(UTC)
     today = as_of.astimezone(UTC).date()
     settings = load_settings()
-    from actors.broker import install_broker
-    from tocsin import runtime
-
-    # Once: each Worker then adds its middleware to this broker.
-    install_broker(runtime.start(settings))
     open_pool(settings.database_url, max_size=max(settings.db_pool_max, args.workers),
               min_size=args.workers)
     migrate_all()
@@ -259,14 +229,14 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
         for label, tenants in (("few", few), ("many", many)):
             say(f"(2) scan of {len(tenants):,} tenants ({label}), {args.workers} worker thread(s) ...")
             try_checkpoint(conn)
-            totals, seconds = fan_out_scan(conn, tenants, as_of, args.workers)
+            totals, seconds = project_scan(conn, tenants, as_of, args.workers)
             written = ledger_rows(conn, tenants)
             figures[label] = (totals.claims, seconds)
             say(f"    {totals.claims:,} claims in {seconds:.2f}s "
                 f"({totals.claims / seconds:,.0f} claims/s); ledger rows {written:,}")
         say(f"(3) replay of the {args.many:,}-tenant scan (everything claimed) ...")
         try_checkpoint(conn)
-        _, replay_seconds = fan_out_scan(conn, many, as_of, args.workers)
+        _, replay_seconds = project_scan(conn, many, as_of, args.workers)
         say(f"    {replay_seconds:.2f}s, {1000 * replay_seconds / args.many:.2f} ms per tenant")
 
         next_day = as_of + timedelta(days=1)

@@ -79,23 +79,3 @@ def test_a_tenant_scan_sweep_and_digest_build_each_commit_one_transaction(
     transactions.clear()
     run_digests(tenant.slug, AS_OF)
     assert len(transactions) == 1
-
-
-def test_a_tenant_failing_in_a_group_is_sent_alone_and_the_rest_of_the_group_still_runs(
-        make_tenant: Callable[..., Tenant]) -> None:
-    import json
-
-    from actors.broker import current_broker
-    from actors.scan import scan_tenants
-    from tocsin import runtime
-
-    a, b = make_tenant(), make_tenant()
-    broker = current_broker()
-    broker.flush_all()
-    scan_tenants.fn([a.slug, "no-such-tenant", b.slug], AS_OF.isoformat())
-    assert {a.slug, b.slug} <= set(fan_out_order(RunKind.SCAN)[-2:])  # both scanned just now
-    queued = [json.loads(raw) for raw in broker.client.hvals(
-        f"{runtime.settings().dramatiq_namespace}:scan.msgs")]
-    assert [(m["actor_name"], m["args"]) for m in queued] == [
-        ("scan_tenant", ["no-such-tenant", AS_OF.isoformat()])]
-    broker.flush_all()
