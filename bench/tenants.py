@@ -129,11 +129,10 @@ def full_tick(conn: Connection, prefix: str, as_of: datetime, workers: int) -> t
     worker runs them. Timed until the scan queue is empty and the worker idle."""
     import dramatiq
 
-    from actors.broker import install_broker
+    from actors.broker import current_broker
     from actors.scan import tick
-    from tocsin import runtime
 
-    broker = install_broker(runtime.settings())
+    broker = current_broker()
     active = conn.execute("SELECT count(*) FROM control.tenants WHERE status = 'active'").fetchone()
     set_status(conn, prefix, "active")
     worker = dramatiq.Worker(broker, queues={"scan"}, worker_threads=workers, worker_timeout=20)
@@ -154,11 +153,10 @@ def full_tick(conn: Connection, prefix: str, as_of: datetime, workers: int) -> t
 def full_sweep(conn: Connection, prefix: str, workers: int) -> float:
     import dramatiq
 
-    from actors.broker import install_broker
+    from actors.broker import current_broker
     from actors.sweep import sweep
-    from tocsin import runtime
 
-    broker = install_broker(runtime.settings())
+    broker = current_broker()
     set_status(conn, prefix, "active")
     worker = dramatiq.Worker(broker, queues={"sweep"}, worker_threads=workers, worker_timeout=20)
     worker.start()
@@ -201,6 +199,10 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
     as_of: datetime = args.as_of or datetime.now(UTC)
     today = as_of.astimezone(UTC).date()
     settings = load_settings()
+    from actors.broker import install_broker
+    from tocsin import runtime
+
+    install_broker(runtime.start(settings))
     open_pool(settings.database_url, max_size=max(settings.db_pool_max, args.workers),
               min_size=args.workers)
     migrate_all()
