@@ -15,6 +15,8 @@ prints:
       and the many-tenant figure as a share of the few-tenant one (goal: at least 0.5);
   (3) the replay of the many-tenant scan (everything claimed): the fixed cost of one
       tenant's scan, in milliseconds per tenant;
+  (3b) where that replay spends its time, part by part, one tenant after another in this
+      process, and the claim statements' planning against execution (EXPLAIN ANALYZE);
   (4) a full tick over the ``--many`` tenants, end to end: the clock's `tick` message to a
       real worker, which fans out one scan per active tenant and runs them all; timed from
       the send until the scan queue is empty; then the same for the sweep.
@@ -117,6 +119,68 @@ def load_clients(conn: Connection, tenants: Sequence[BenchTenant], clients: int,
         if t.number % max(1, len(tenants) // 5) == 0:
             say(f"    loaded {t.number:,}/{len(tenants):,} tenants "
                 f"({time.perf_counter() - started:.0f}s)")
+
+
+class _Rollback(Exception):
+    """Ends an EXPLAIN ANALYZE transaction without committing what it ran."""
+
+
+def fixed_costs(tenants: Sequence[BenchTenant], as_of: datetime) -> dict[str, float]:
+    """Where a tenant's replay scan spends its time: one pass over ``tenants``, one after
+    another in this process, each part timed (milliseconds per tenant); then the claim
+    statements' planning and execution as PostgreSQL reports them (EXPLAIN ANALYZE, rolled
+    back). The statements are db/licences.py's own, read from the module."""
+    from db import licences
+    from db.deliveries import schedule_due_deliveries
+    from db.ledger import prepare_claims
+    from db.runs import record_completed
+    from db.tenancy import tenant_tx
+    from domain.liveness import RunKind
+
+    parts = dict.fromkeys(("open the tenant transaction", "claim (3 statements)",
+                           "prepare", "schedule deliveries", "completion record", "commit",
+                           "whole scan"), 0.0)
+
+    def add(name: str, since: float) -> float:
+        now = time.perf_counter()
+        parts[name] += now - since
+        return now
+
+    for t in tenants:
+        start = time.perf_counter()
+        with tenant_tx(t.slug) as tx:
+            mark = add("open the tenant transaction", start)
+            licences.claim_due_milestones(tx, as_of)
+            mark = add("claim (3 statements)", mark)
+            prepare_claims(tx, as_of)
+            mark = add("prepare", mark)
+            schedule_due_deliveries(tx)
+            mark = add("schedule deliveries", mark)
+            record_completed(tx, RunKind.SCAN)
+            mark = add("completion record", mark)
+        add("commit", mark)
+        add("whole scan", start)
+    costs = {name: 1000 * seconds / len(tenants) for name, seconds in parts.items()}
+    planning = execution = 0.0
+    sample = tenants[:: max(1, len(tenants) // 50)]
+    for t in sample:
+        try:
+            with tenant_tx(t.slug) as tx:
+                params = licences._parameters(as_of, tx.tenant.time_zone)
+                for statement in (licences._EXPIRE, licences._CLAIM, licences._CLOSE):
+                    for (line,) in tx.conn.execute(
+                            "EXPLAIN (ANALYZE, SUMMARY) " + statement, params).fetchall():
+                        text = str(line)
+                        if text.startswith("Planning Time:"):
+                            planning += float(text.split()[2])
+                        elif text.startswith("Execution Time:"):
+                            execution += float(text.split()[2])
+                raise _Rollback
+        except _Rollback:
+            pass
+    costs["claim statements: planning"] = planning / len(sample)
+    costs["claim statements: execution"] = execution / len(sample)
+    return costs
 
 
 def set_status(conn: Connection, prefix: str, status: str) -> None:
@@ -241,6 +305,11 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
         _, replay_seconds = project_scan(conn, many, as_of, args.workers)
         say(f"    {replay_seconds:.2f}s, {1000 * replay_seconds / args.many:.2f} ms per tenant")
 
+        say(f"(3b) where a replay scan spends its time: {args.many:,} tenants, one after another ...")
+        costs = fixed_costs(many, as_of)
+        for name, ms in costs.items():
+            say(f"    {name:<36} {ms:6.2f} ms per tenant")
+
         next_day = as_of + timedelta(days=1)
         say(f"(4) full tick over every active tenant ({args.many:,} bench tenants), "
             f"as of {next_day.isoformat()} ...")
@@ -251,7 +320,7 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
         say(f"    full sweep of {active + args.many:,} tenants in {sweep_seconds:.2f}s")
 
         report(facts, args, figures, migrate_seconds, replay_seconds, tick_seconds,
-               sweep_seconds)
+               sweep_seconds, costs)
     finally:
         if not args.keep:
             say()
@@ -262,7 +331,8 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
 
 def report(facts: list[tuple[str, str]], args: argparse.Namespace,
            figures: dict[str, tuple[int, float]], migrate_seconds: float,
-           replay_seconds: float, tick_seconds: float, sweep_seconds: float) -> None:
+           replay_seconds: float, tick_seconds: float, sweep_seconds: float,
+           costs: dict[str, float]) -> None:
     few_claims, few_seconds = figures["few"]
     many_claims, many_seconds = figures["many"]
     few_rate, many_rate = few_claims / few_seconds, many_claims / many_seconds
@@ -273,7 +343,8 @@ def report(facts: list[tuple[str, str]], args: argparse.Namespace,
     say()
     say(f"{args.clients:,} clients; {machine['cpus']} CPUs, PostgreSQL "
         f"{machine['postgres'].split()[0]}, {args.workers} worker thread(s), "
-        f"synchronous_commit={machine['synchronous_commit']}.")
+        f"synchronous_commit={machine['synchronous_commit']}; load average at the end "
+        f"{os.getloadavg()[0]:.1f} (other work on the machine makes every figure slower).")
     say()
     say("| measurement | value |")
     say("|---|---:|")
@@ -288,6 +359,11 @@ def report(facts: list[tuple[str, str]], args: argparse.Namespace,
     say(f"| replay scan (nothing to claim) | {1000 * replay_seconds / args.many:.2f} ms per tenant |")
     say(f"| full tick, {args.many:,} tenants, end to end | {tick_seconds:.2f}s |")
     say(f"| full sweep, {args.many:,} tenants, end to end | {sweep_seconds:.2f}s |")
+    say()
+    say("| a replay scan, one tenant after another | ms per tenant |")
+    say("|---|---:|")
+    for name, ms in costs.items():
+        say(f"| {name} | {ms:.2f} |")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
