@@ -89,7 +89,9 @@ def create_app(
         per_process=portal_settings.inbox_streams_per_process,
     )
     exports = ExportBudget(
-        settings.database_url, connections=portal_settings.export_connections,
+        # A read replica when one is set: an export only reads, and may read for minutes.
+        portal_settings.evidence_database_url or settings.database_url,
+        connections=portal_settings.export_connections,
         per_tenant=portal_settings.exports_per_tenant,
         statement_seconds=portal_settings.export_statement_seconds,
         idle_seconds=portal_settings.export_seconds,

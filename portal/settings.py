@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from litestar import Request
@@ -35,6 +35,8 @@ class PortalSettings:
     password_checks_at_once: int = 4  # argon2 checks running at once per process (64 MiB each)
     password_check_wait_seconds: float = 5.0  # seconds a sign-in waits for a turn, then 503
     trusted_proxies: tuple[IPNetwork, ...] = ()  # peers whose X-Forwarded-For is believed
+    # Where the ledger exports read (a read replica), when not DATABASE_URL; may hold a password.
+    evidence_database_url: str | None = field(default=None, repr=False)
 
 
 def _env_switch(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -68,7 +70,19 @@ def load_portal_settings(portal_url: str, env: Mapping[str, str] | None = None) 
         password_checks_at_once=env_int(env, "PASSWORD_CHECKS_AT_ONCE", 4),
         password_check_wait_seconds=env_float(env, "PASSWORD_CHECK_WAIT_SECONDS", 5.0),
         trusted_proxies=parse_trusted_proxies(env.get("TRUSTED_PROXIES", "")),
+        evidence_database_url=_evidence_database_url(env),
     )
+
+
+def _evidence_database_url(env: Mapping[str, str]) -> str | None:
+    """EVIDENCE_DATABASE_URL: a PostgreSQL (typically a read replica of DATABASE_URL) for
+    the ledger exports, which only read; unset, they read from DATABASE_URL."""
+    url = env.get("EVIDENCE_DATABASE_URL", "").strip()
+    if not url:
+        return None
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("EVIDENCE_DATABASE_URL must be a postgresql:// URL")
+    return url
 
 
 def app_settings(request: Request[Any, Any, Any]) -> Settings:
