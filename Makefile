@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 CONSTRAINTS := constraints.txt
 LOCK_VENV := .venv-lock
 
-.PHONY: run test lint chromium fuzz bench bench-portal bench-deliver lock clean
+.PHONY: run test lint chromium fuzz bench bench-portal bench-deliver bench-tenants lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -72,6 +72,9 @@ bench-portal: $(STAMP)
 
 bench-deliver: $(STAMP)
 	$(BIN)/python -m bench.deliver
+
+bench-tenants: $(STAMP)
+	$(BIN)/python -m bench.tenants
 
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) .tocsin test-artifacts .mypy_cache .ruff_cache .pytest_cache

@@ -10,8 +10,8 @@ import dramatiq
 
 from db.deliveries import schedule_deliveries
 from db.digests import BuiltDigest, build_due_digests
-from db.runs import mark_completed
-from db.tenancy import list_tenants, tenant_tx
+from db.runs import fan_out_order, record_completed
+from db.tenancy import tenant_tx
 from domain.identity import parse_instant
 from domain.liveness import RunKind
 from tocsin.timekeeping import utcnow
@@ -27,7 +27,7 @@ def run_digests(slug: str, as_of: datetime) -> list[BuiltDigest]:
         built = build_due_digests(tx, as_of)
         # Sent once this commits, by the transaction: never naming a row that may roll back.
         schedule_deliveries(tx, [digest.delivery_id for digest in built])
-    mark_completed(slug, RunKind.DIGEST)  # for `tocsin status`: the digests are built
+        record_completed(tx, RunKind.DIGEST)  # for `tocsin status`, in the same transaction
     return built
 
 
@@ -40,7 +40,8 @@ def build_digests(slug: str, as_of: str) -> None:
 
 @dramatiq.actor(queue_name="digest", time_limit=60_000)  # milliseconds
 def digest_tick(as_of: str | None = None) -> None:
-    """Fan out one digest build per active tenant, all for the same instant."""
+    """Fan out one digest build per active tenant, all for the same instant, the tenants
+    built longest ago first (db/runs.py fan_out_order)."""
     instant = parse_instant(as_of) if as_of else utcnow()
-    for tenant in list_tenants(active_only=True):
-        build_digests.send(tenant.slug, instant.isoformat())
+    for slug in fan_out_order(RunKind.DIGEST):
+        build_digests.send(slug, instant.isoformat())

@@ -74,3 +74,10 @@ def mark_published(tx: TenantTx, alert_ids: list[int]) -> None:
         "UPDATE ops_alerts SET published_at = now() WHERE id = ANY(%s) AND published_at IS NULL",
         [alert_ids],
     )
+
+
+def has_unpublished(tx: TenantTx) -> bool:
+    """Whether any alert waits to be published: lets the sweep skip the publishing
+    transaction when, as almost always, none does."""
+    row = tx.conn.execute("SELECT EXISTS (SELECT 1 FROM ops_alerts WHERE published_at IS NULL)").fetchone()
+    return bool(row and row[0])

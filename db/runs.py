@@ -15,7 +15,7 @@ import psycopg
 
 from db.errors import DatabaseUnavailable
 from db.pool import connection
-from db.tenancy import TenantTx, not_migrated_is_an_error, tenant_tx
+from db.tenancy import TenantTx, not_migrated_is_an_error
 from domain.liveness import RunKind
 
 
@@ -41,11 +41,25 @@ def record_completed(tx: TenantTx, kind: RunKind) -> None:
     )
 
 
-def mark_completed(slug: str, kind: RunKind) -> None:
-    """``record_completed`` in a transaction of its own, for the last line of a run: the
-    record says the run's own transactions had all committed."""
-    with tenant_tx(slug) as tx:
-        record_completed(tx, kind)
+def fan_out_order(kind: RunKind) -> list[str]:
+    """The active tenants' slugs in the order a fan-out of ``kind`` should send them: the
+    tenant whose run completed longest ago first, those that never completed before all.
+
+    A fixed order (by slug) puts the same tenants at the tail of every tick; when the
+    workers cannot finish a tick before its messages age out, or the fan-out itself is cut
+    short, those tenants are never reached. Ordered by the last completion, a tenant that
+    was not reached goes to the front of the next tick: with a budget of B runs per tick,
+    every one of N tenants runs at least once every ceil(N / B) ticks. The cursor is the
+    completion record itself, in PostgreSQL: two clocks, or a restarted one, agree on it."""
+    with connection() as conn, not_migrated_is_an_error():
+        rows = conn.execute(
+            "SELECT t.slug FROM control.tenants t "
+            "LEFT JOIN control.completed_runs r ON r.tenant_id = t.id AND r.kind = %s "
+            "WHERE t.status = 'active' "
+            "ORDER BY r.completed_at ASC NULLS FIRST, t.slug",
+            [kind.value],
+        ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 _RUNS = """

@@ -120,7 +120,9 @@ def create_app(
         inspector, listener, sweep_interval_seconds=settings.sweep_interval_seconds,
         database_seconds=portal_settings.metrics_database_seconds))
     exports = ExportBudget(
-        settings.database_url, connections=portal_settings.export_connections,
+        # A read replica when one is set: an export only reads, and may read for minutes.
+        portal_settings.evidence_database_url or settings.database_url,
+        connections=portal_settings.export_connections,
         per_tenant=portal_settings.exports_per_tenant,
         statement_seconds=portal_settings.export_statement_seconds,
         idle_seconds=portal_settings.export_seconds,

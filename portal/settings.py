@@ -37,6 +37,8 @@ class PortalSettings:
     trusted_proxies: tuple[IPNetwork, ...] = ()  # peers whose X-Forwarded-For is believed
     metrics_token: str | None = field(default=None, repr=False)  # /metrics wants this bearer token
     metrics_database_seconds: int = 30  # seconds /metrics serves one PostgreSQL reading again
+    # Where the ledger exports read (a read replica), when not DATABASE_URL; may hold a password.
+    evidence_database_url: str | None = field(default=None, repr=False)
 
 
 def _env_switch(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -72,7 +74,19 @@ def load_portal_settings(portal_url: str, env: Mapping[str, str] | None = None) 
         trusted_proxies=parse_trusted_proxies(env.get("TRUSTED_PROXIES", "")),
         metrics_token=_metrics_token(env),
         metrics_database_seconds=env_int(env, "METRICS_DATABASE_SECONDS", 30),
+        evidence_database_url=_evidence_database_url(env),
     )
+
+
+def _evidence_database_url(env: Mapping[str, str]) -> str | None:
+    """EVIDENCE_DATABASE_URL: a PostgreSQL (typically a read replica of DATABASE_URL) for
+    the ledger exports, which only read; unset, they read from DATABASE_URL."""
+    url = env.get("EVIDENCE_DATABASE_URL", "").strip()
+    if not url:
+        return None
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("EVIDENCE_DATABASE_URL must be a postgresql:// URL")
+    return url
 
 
 def app_settings(request: Request[Any, Any, Any]) -> Settings:

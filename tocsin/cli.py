@@ -49,13 +49,43 @@ def _out(line: str = "") -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
-    from db.migrations import migrate_all
+    from db.migrations import SchemaMigrated, migrate_all
+    from tocsin.progress import ProgressLine
 
-    report = migrate_all()
+    # On stderr: stdout keeps the summary a script may read.
+    progress: ProgressLine | None = None
+    migrated = 0
+
+    def started(total: int) -> None:
+        nonlocal progress
+        if total:
+            progress = ProgressLine("migrating tenant schemas", total, sys.stderr)
+
+    def schema_done(step: SchemaMigrated) -> None:
+        nonlocal migrated
+        migrated = step.done
+        if progress is not None:
+            progress.update(step.done)
+
+    try:
+        report = migrate_all(on_schema=schema_done, on_start=started)
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.finish()
+            # Each schema commits on its own: what is done stays done.
+            print(f"interrupted after {migrated:,} of {progress.total:,} tenant schemas; "
+                  "run `tocsin migrate` again to continue", file=sys.stderr, flush=True)
+        raise
+    if progress is not None:
+        progress.finish()
+    for schema, version in report.applied:
+        if schema == "control":
+            _out(f"applied {version} to control")
     if not report.applied:
         _out("Database is up to date; nothing to apply.")
-    for schema, version in report.applied:
-        _out(f"applied {version} to {schema}")
+    elif migrated:
+        versions = sorted({v for s, v in report.applied if s != "control"})
+        _out(f"migrated {migrated:,} tenant schema(s): applied {', '.join(versions)}")
 
 
 def cmd_tenant_create(args: argparse.Namespace) -> None:

@@ -32,3 +32,13 @@ def test_the_defaults_are_bounded() -> None:
     assert settings.exports_per_tenant < settings.export_connections
     assert settings.inbox_streams_per_user < settings.inbox_streams_per_process
     assert settings.trusted_proxies == ()
+
+
+def test_the_evidence_database_is_unset_by_default_must_be_postgresql_and_stays_out_of_the_repr() -> None:
+    assert load_portal_settings(URL, {}).evidence_database_url is None
+    with pytest.raises(ConfigError, match="EVIDENCE_DATABASE_URL must be a postgresql:// URL"):
+        load_portal_settings(URL, {"EVIDENCE_DATABASE_URL": "mysql://replica/tocsin"})
+    replica = "postgresql://reader:s3cret@replica.internal/tocsin"
+    settings = load_portal_settings(URL, {"EVIDENCE_DATABASE_URL": replica})
+    assert settings.evidence_database_url == replica
+    assert "s3cret" not in repr(settings)

@@ -1,0 +1,96 @@
+"""`tocsin migrate` over many tenant schemas: interrupted half way (SIGINT to the real
+command), it leaves every schema either whole or untouched, and a rerun finishes the rest."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from psycopg import sql
+
+from db.migrations import TENANT
+from db.pool import connection
+from tests.integration.conftest import wait_until
+from tests.support.many_tenants import add_unmigrated_tenants, remove_tenants_like
+
+SCHEMAS = 200
+BLOCKED_AT = 101  # the run is held on this schema (creation order) when it is interrupted
+
+
+@pytest.fixture
+def unmigrated() -> Iterator[list[str]]:
+    prefix = f"mig{uuid.uuid4().hex[:6]}-"
+    with connection() as conn:
+        schemas = add_unmigrated_tenants(conn, prefix, SCHEMAS)
+    yield schemas
+    with connection() as conn:
+        remove_tenants_like(conn, prefix)
+
+
+def versions_recorded(schemas: list[str]) -> dict[str, int]:
+    with connection() as conn:
+        rows = conn.execute(
+            "SELECT schema_name, count(*) FROM control.schema_migrations "
+            "WHERE schema_name = ANY(%s) GROUP BY 1", [schemas]).fetchall()
+    return {str(r[0]): int(str(r[1])) for r in rows}
+
+
+def tables_in(schema: str) -> int:
+    with connection() as conn:
+        row = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", [schema]).fetchone()
+    assert row is not None
+    return int(str(row[0]))
+
+
+def migrate_waiting_on_a_lock() -> bool:
+    with connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '%%CREATE TABLE clients%%'").fetchone()
+    assert row is not None
+    return int(str(row[0])) > 0
+
+
+def test_an_interrupted_migrate_keeps_whole_schemas_and_a_rerun_finishes_the_rest(
+        unmigrated: list[str]) -> None:
+    tocsin = os.path.join(os.path.dirname(sys.executable), "tocsin")
+    blocked = unmigrated[BLOCKED_AT - 1]
+    # Hold the run on one schema deterministically: an uncommitted table of the same name
+    # makes the migration's CREATE TABLE wait for this transaction.
+    with connection() as blocker:
+        blocker.execute("BEGIN")
+        blocker.execute(sql.SQL("CREATE TABLE {}.clients (id int)").format(sql.Identifier(blocked)))
+        run = subprocess.Popen([tocsin, "migrate"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(migrate_waiting_on_a_lock, "the migrate to reach the held schema")
+            run.send_signal(signal.SIGINT)
+            out, err = run.communicate(timeout=60)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        blocker.execute("ROLLBACK")
+
+    assert run.returncode == 130, (out, err)
+    assert f"migrating tenant schemas {BLOCKED_AT - 1:,}/{SCHEMAS:,}" in err, err
+    assert f"interrupted after {BLOCKED_AT - 1:,} of {SCHEMAS:,} tenant schemas" in err, err
+    recorded = versions_recorded(unmigrated)
+    # Whole or untouched: the first hundred have every version, the rest none, and the
+    # schema that was being migrated when the signal came has no table left behind.
+    assert recorded == {s: len(TENANT) for s in unmigrated[:BLOCKED_AT - 1]}
+    assert tables_in(blocked) == 0
+
+    rerun = subprocess.run([tocsin, "migrate"], capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, (rerun.stdout, rerun.stderr)
+    assert f"migrated {SCHEMAS - BLOCKED_AT + 1:,} tenant schema(s)" in rerun.stdout
+    assert versions_recorded(unmigrated) == {s: len(TENANT) for s in unmigrated}
+    assert tables_in(blocked) == tables_in(unmigrated[0]) > 0
+
+    again = subprocess.run([tocsin, "migrate"], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "up to date" in again.stdout, (again.stdout, again.stderr)
