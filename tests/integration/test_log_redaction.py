@@ -26,6 +26,7 @@ from tests.integration.conftest import WAIT_LIMIT, wait_until
 from tests.integration.portal_support import People
 from tests.support.portal_server import ROOT, _free_port, _healthy, serve_portal
 from tocsin.config import load_settings
+from tocsin.signing_keys import signing_keys
 
 
 @contextmanager
@@ -59,13 +60,13 @@ def _status(url: str, data: bytes | None = None) -> int:
 
 
 def _tokens(people: People) -> tuple[str, str]:
-    secret = load_settings().session_secret
+    keys = signing_keys(load_settings())
     now = datetime.now(UTC)
     with tenant_tx(people.tenant.slug) as tx:
         invitation = invite_member(tx, "invitee@example.com", Role.MEMBER, people.admin.id,
-                                   secret=secret, expires_at=now + timedelta(days=7))
-    return invitation.token, unsubscribe_token(secret, people.tenant.slug, people.admin.id,
-                                               "license_expiring", now)
+                                   key=keys.invitation.current, expires_at=now + timedelta(days=7))
+    return invitation.token, unsubscribe_token(keys.unsubscribe.current, people.tenant.slug,
+                                               people.admin.id, "license_expiring", now)
 
 
 @pytest.mark.parametrize("launcher", ["tocsin web", "uvicorn factory"])
