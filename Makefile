@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint chromium bench bench-portal clean
+.PHONY: run test test-rabbitmq lint chromium bench bench-portal clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -38,6 +38,12 @@ chromium:
 
 test: lint chromium
 	$(BIN)/pytest
+
+# The integration and system tiers with RabbitMQ as the broker (publisher confirms on)
+# instead of Redis; each run makes a vhost of its own there and deletes it afterwards.
+RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
+test-rabbitmq: $(STAMP)
+	BROKER_URL='$(RABBITMQ_URL)' $(BIN)/pytest tests/integration tests/system
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.scan

@@ -5,8 +5,9 @@ outcomes, reconciles unknown outcomes, repairs claims committed without their
 notifications, and raises and publishes ops alerts. Every step is guarded in SQL, so a
 second sweep, or a sweep from a second clock at the same moment, changes nothing.
 
-A flushed (or restarted, empty) Redis is noticed by a marker key that only the sweeper
-writes: when it is missing, every due delivery is enqueued again, not only stale ones.
+A flushed (or restarted, empty) Redis, or a reset RabbitMQ, is noticed by a marker that only
+the sweeper writes (actors/sweeper_marker.py): when it is missing, every due delivery is
+enqueued again, not only stale ones.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import dramatiq
-import redis
 
 from actors.broker import current_broker
 from actors.ops import publish_alerts
+from actors.sweeper_marker import sweeper_marker
 from db.alerts import raise_alerts
 from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
@@ -46,7 +47,7 @@ class SweepReport:
     alerts_published: int
 
 
-def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
+def run_sweep(slug: str, *, messages_lost: bool = False) -> SweepReport:
     settings = runtime.settings()
     with tenant_tx(slug) as tx:
         leases = expire_leases(tx)
@@ -57,7 +58,7 @@ def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
     with tenant_tx(slug) as tx:
         repaired = prepare_claims(tx, utcnow())
         release_due_deferrals(tx, utcnow())  # quiet hours over: due now, by the app's clock
-        to_send = schedule_due_deliveries(tx, everything=redis_lost)
+        to_send = schedule_due_deliveries(tx, everything=messages_lost)
     with tenant_tx(slug) as tx:
         raised = raise_alerts(tx, timedelta(seconds=settings.stuck_grace_seconds))
     published = publish_alerts(slug)
@@ -65,19 +66,9 @@ def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
     return SweepReport(slug, leases, reconciled, repaired, len(to_send), raised, published)
 
 
-def marker_key() -> str:
-    return f"{runtime.settings().dramatiq_namespace}:sweeper-marker"
-
-
-def redis_was_emptied(client: redis.Redis) -> bool:
-    """True when the marker is gone: Redis was flushed or restarted empty since the last
-    sweep, and every message it held may be lost."""
-    return not client.exists(marker_key())
-
-
 @dramatiq.actor(queue_name="sweep", time_limit=5 * 60_000, max_age=10 * 60_000)  # milliseconds
-def sweep_tenant(slug: str, redis_lost: bool = False) -> None:
-    r = run_sweep(slug, redis_lost=redis_lost)
+def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
+    r = run_sweep(slug, messages_lost=messages_lost)
     if r.leases != LeaseReport(0, 0, 0) or r.reconciled != ReconcileReport(0, 0, 0) or r.repaired \
             or r.enqueued or r.alerts_raised:
         log.info("swept tenant=%s retried=%d unknown=%d failed=%d confirmed=%d resent=%d held=%d "
@@ -89,11 +80,12 @@ def sweep_tenant(slug: str, redis_lost: bool = False) -> None:
 @dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=10 * 60_000)  # milliseconds
 def sweep() -> None:
     """Fan out one sweep per active tenant."""
-    client = current_broker().client
-    lost = redis_was_emptied(client)
+    marker = sweeper_marker(runtime.settings(), current_broker())
+    lost = marker.missing()
     if lost:
-        log.warning("Redis holds no sweeper marker (flushed or restarted): re-enqueueing all due work")
+        log.warning("the broker holds no sweeper marker (flushed, reset or restarted empty): "
+                    "re-enqueueing all due work")
     for tenant in list_tenants(active_only=True):
         sweep_tenant.send(tenant.slug, lost)
     if lost:
-        client.set(marker_key(), "1")
+        marker.leave()

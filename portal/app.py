@@ -118,8 +118,7 @@ def create_app(
         state=State({"settings": settings, "portal_settings": portal_settings,
                      "inbox_listener": listener, "export_budget": exports,
                      "login_throttle": LoginThrottle.from_url(settings.redis_url),
-                     "queue_inspector": QueueInspector.for_redis(settings.redis_url,
-                                                                 settings.dramatiq_namespace),
+                     "queue_inspector": QueueInspector.for_settings(settings),
                      "password_checks": PasswordChecks(
                          portal_settings.password_checks_at_once,
                          portal_settings.password_check_wait_seconds)}),

@@ -1,0 +1,119 @@
+"""The RabbitMQ path, end to end, on every run: BROKER_URL selects Dramatiq's RabbitMQ
+broker with publisher confirms, a real worker delivers a scan's emails over it, and a
+RabbitMQ that lost its queues loses no email (the sweeper's marker lives in RabbitMQ).
+
+When the whole run is on RabbitMQ (`make test-rabbitmq`) these use its vhost; otherwise
+each test gets a vhost of its own on this machine's RabbitMQ (127.0.0.1:5672), and is
+skipped only when nothing answers there.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pika
+import pytest
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.common import dq_name, xq_name
+
+from actors.broker import current_broker
+from actors.scan import scan_tenant
+from actors.sweep import sweep
+from actors.sweeper_marker import MARKER_NAME
+from db.tenancy import Tenant
+from tests.integration.builders import add_admin, add_client, delivery_statuses, ledger
+from tests.integration.conftest import RunningWorker, SesOutbox
+from tests.support.rabbitmq import LOCAL_RABBITMQ, create_vhost, delete_vhost, unreachable_reason
+from tocsin import runtime
+
+AS_OF = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
+TODAY = AS_OF.date()
+
+
+@pytest.fixture
+def rabbitmq() -> Iterator[str]:
+    """This process on the RabbitMQ broker (a vhost of its own unless the run has one)."""
+    if runtime.settings().broker_url is not None:
+        yield runtime.settings().broker_url
+        return
+    reason = unreachable_reason(LOCAL_RABBITMQ)
+    if reason is not None:
+        pytest.skip(reason)
+    vhost = f"tocsin-test-{uuid.uuid4().hex[:8]}"
+    url = create_vhost(LOCAL_RABBITMQ, vhost)
+    before = runtime.settings()
+    runtime.start_messaging(runtime.start(replace(before, broker_url=url)))
+    os.environ["BROKER_URL"] = url  # for anything that reads the environment again
+    try:
+        yield url
+    finally:
+        del os.environ["BROKER_URL"]
+        runtime.start_messaging(runtime.start(before))  # closes the RabbitMQ broker's connections
+        delete_vhost(LOCAL_RABBITMQ, vhost)
+
+
+def _delete_every_queue(url: str) -> None:
+    """What a reset RabbitMQ node (or a deleted and recreated vhost) leaves: no queue at all."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = connection.channel()
+        for queue in sorted(current_broker().get_declared_queues()):
+            for name in (queue, dq_name(queue), xq_name(queue)):
+                channel.queue_delete(name)
+        channel.queue_delete(f"{runtime.settings().dramatiq_namespace}.{MARKER_NAME}")
+    finally:
+        connection.close()
+
+
+def test_a_scans_emails_are_delivered_by_a_real_worker_over_rabbitmq_with_confirms_on(
+    rabbitmq: str, tenant: Tenant, ses: SesOutbox
+) -> None:
+    broker = current_broker()
+    assert isinstance(broker, RabbitmqBroker) and broker.confirm_delivery
+    add_admin(tenant)
+    client, _ = add_client(tenant, TODAY + timedelta(days=7), users=2)
+    worker = RunningWorker()
+    try:
+        scan_tenant.send(tenant.slug, AS_OF.isoformat())  # the scan itself runs in the worker
+        worker.drain()
+    finally:
+        worker.stop()
+
+    assert sorted(e.to for e in ses.sent()) == sorted(
+        ["admin@example.com", f"user0.client{client.id}@example.com",
+         f"user1.client{client.id}@example.com"])
+    assert delivery_statuses(tenant) == {"accepted": 3}
+    assert [r["delivered_at"] is not None for r in ledger(tenant)] == [True]
+
+
+def test_a_rabbitmq_that_lost_its_queues_loses_no_email_the_sweep_resends_every_due_one(
+    rabbitmq: str, tenant: Tenant, ses: SesOutbox
+) -> None:
+    from actors.scan import run_scan
+
+    broker = current_broker()
+    add_admin(tenant)
+    for offset in (1, 7, 14):
+        add_client(tenant, TODAY + timedelta(days=offset), users=2)
+    sweep()  # no worker yet: leaves the marker; the tenants' sweeps it sent are dropped
+    broker.flush_all()
+    run_scan(tenant.slug, AS_OF)  # the emails wait in RabbitMQ's email queue
+    ready, _delayed, _dead = broker.get_queue_message_counts("email")
+    assert ready == delivery_statuses(tenant)["pending"] == 9
+
+    _delete_every_queue(rabbitmq)  # the emails are gone with the queues, and so is the marker
+    worker = RunningWorker()
+    try:
+        sweep()  # no marker: every due delivery is enqueued again, not only stale ones
+        worker.drain()
+    finally:
+        worker.stop()
+
+    assert delivery_statuses(tenant) == {"accepted": 9}
+    copies = Counter(e.message_id for e in ses.sent())
+    assert len(copies) == 9 and set(copies.values()) == {1}  # every email once, none twice
