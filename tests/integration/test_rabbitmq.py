@@ -26,7 +26,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
 from actors.broker import current_broker
-from actors.scan import scan_tenant
+from actors.scan import scan_tenant, tick
 from actors.sweep import sweep
 from actors.sweeper_marker import MARKER_NAME
 from db.tenancy import Tenant
@@ -34,6 +34,7 @@ from tests.integration.builders import add_admin, add_client, delivery_statuses,
 from tests.integration.conftest import WAIT_LIMIT, RunningWorker, SesOutbox, wait_until
 from tests.support.rabbitmq import LOCAL_RABBITMQ, create_vhost, delete_vhost, unreachable_reason
 from tocsin import runtime
+from tocsin.queues import QueueInspector
 
 TOCSIN = str(Path(sys.executable).parent / "tocsin")
 AS_OF = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
@@ -126,3 +127,42 @@ def test_a_rabbitmq_that_lost_its_queues_loses_no_email_the_sweep_resends_every_
 
     copies = Counter(e.message_id for e in ses.sent())
     assert len(copies) == 9 and set(copies.values()) == {1}  # every email once, none twice
+
+
+def tocsin_status(**env: str) -> tuple[int, str]:
+    done = subprocess.run([TOCSIN, "status"], capture_output=True, text=True, timeout=WAIT_LIMIT,
+                          env={**os.environ, **env})
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_status_over_rabbitmq_counts_ready_and_delayed_messages_and_says_the_age_is_unknown(
+    rabbitmq: str,
+) -> None:
+    broker = current_broker()
+    broker.flush_all()
+    inspector = QueueInspector.for_settings(runtime.settings())
+    wait_until(lambda: all(q.consumers == 0 for q in inspector.states()),
+               "earlier workers' records to expire")
+    try:
+        tick.send()
+        tick.send()
+        tick.send_with_options(delay=3_600_000)  # milliseconds: waits in RabbitMQ's scan.DQ
+
+        scan = {q.name: q for q in inspector.states()}["scan"]
+        code, out = tocsin_status()
+    finally:
+        broker.flush_all()
+
+    assert (scan.ready, scan.delayed, scan.oldest_age_seconds, scan.consumers) == (2, 1, None, 0)
+    assert code == 3, out
+    assert "Queues (RabbitMQ amqp://guest:***@127.0.0.1:5672/" in out and "guest:guest" not in out
+    [scan_row] = [line for line in out.splitlines() if line.startswith("scan ")]
+    assert scan_row.split()[1:4] == ["2", "1", "unknown"] and scan_row.endswith("NO CONSUMER"), scan_row
+    assert "queue 'scan' has no live consumer (2 ready, 1 delayed)" in out
+
+
+def test_status_exits_1_when_rabbitmq_does_not_answer() -> None:
+    code, out = tocsin_status(BROKER_URL="amqp://guest:guest@127.0.0.1:1/%2F")  # nothing listens there
+
+    assert code == 1, out
+    assert out.startswith("tocsin: error: RabbitMQ did not answer"), out
