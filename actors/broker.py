@@ -20,7 +20,6 @@ import threading
 from typing import Any
 
 import dramatiq
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import (
@@ -34,6 +33,7 @@ from dramatiq.middleware import (
 )
 
 from actors.consumers import ConsumerHeartbeats
+from actors.rabbitmq_broker import OneConnectionRabbitmqBroker
 from tocsin.config import Settings
 
 
@@ -76,7 +76,7 @@ if dramatiq.broker.global_broker is None:  # get_broker() would build a default 
 
 def build_broker(settings: Settings) -> dramatiq.Broker:
     if settings.broker_url is not None:
-        return RabbitmqBroker(
+        return OneConnectionRabbitmqBroker(
             url=settings.broker_url,
             # A send returns once RabbitMQ has the message (persistent, in a durable queue),
             # so a message the after-commit hook sent is not lost in a socket buffer; one

@@ -12,9 +12,7 @@ Nothing here builds a broker, so the portal can read it without importing the ac
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -151,61 +149,46 @@ class RabbitmqQueueDepths:
     ``queue.DQ`` (delayed), counted by a passive declare, which sees messages not yet
     delivered to a worker (the ones a worker holds unacknowledged are not counted, as the
     Redis reader does not count what a worker fetched). The next message's age is unknown:
-    RabbitMQ shows a message only by delivering it, which would reorder the queue."""
+    RabbitMQ shows a message only by delivering it, which would reorder the queue.
+
+    Each look opens its own short connection: a blocking connection left idle between two
+    health checks would miss its heartbeats and be closed by RabbitMQ anyway."""
 
     def __init__(self, url: str, timeout_seconds: float = 5.0) -> None:
         self._url = url
         self._timeout = timeout_seconds  # seconds to connect or wait for one answer
-        self._lock = threading.Lock()  # a blocking connection serves one caller at a time
-        self._connection: Any = None  # pika.BlockingConnection, opened on first use
-        self._channel: Any = None
 
     def depth(self, queue: str) -> QueueDepth:
-        with self._lock:
+        parameters = pika.URLParameters(self._url)
+        parameters.socket_timeout = self._timeout
+        parameters.blocked_connection_timeout = self._timeout
+        parameters.connection_attempts = 1
+        try:
+            connection = pika.BlockingConnection(parameters)
             try:
-                return self._depth(queue)
-            except (pika.exceptions.AMQPConnectionError, pika.exceptions.StreamLostError):
-                self._drop()  # an idle connection the server closed: one new try
-            try:
-                return self._depth(queue)
-            except (pika.exceptions.AMQPError, OSError) as error:
-                self._drop()
-                raise QueuesUnavailable(f"RabbitMQ did not answer: {error!r}") from None
+                return QueueDepth(_count(connection, queue), _count(connection, f"{queue}.DQ"), None)
+            finally:
+                if connection.is_open:
+                    connection.close()
+        except (pika.exceptions.AMQPError, OSError) as error:
+            raise QueuesUnavailable(f"RabbitMQ did not answer: {error!r}") from None
 
     def holding_messages(self) -> set[str]:
         """AMQP cannot list a vhost's queues; RabbitMQ's management tools show stray ones."""
         return set()
 
-    def _depth(self, queue: str) -> QueueDepth:
-        return QueueDepth(self._count(queue), self._count(f"{queue}.DQ"), None)
 
-    def _count(self, queue: str) -> int:
-        channel = self._open_channel()
-        try:
-            declared = channel.queue_declare(queue, passive=True)
-        except pika.exceptions.ChannelClosedByBroker as error:
-            self._channel = None
-            if error.reply_code == 404:  # never declared yet (or deleted): it holds nothing
-                return 0
-            raise
-        return int(declared.method.message_count)
-
-    def _open_channel(self) -> Any:
-        if self._connection is None or not self._connection.is_open:
-            parameters = pika.URLParameters(self._url)
-            parameters.socket_timeout = self._timeout
-            parameters.blocked_connection_timeout = self._timeout
-            self._connection = pika.BlockingConnection(parameters)
-            self._channel = None
-        if self._channel is None or not self._channel.is_open:
-            self._channel = self._connection.channel()
-        return self._channel
-
-    def _drop(self) -> None:
-        connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None and connection.is_open:
-            with contextlib.suppress(pika.exceptions.AMQPError, OSError):  # it is being thrown away
-                connection.close()
+def _count(connection: Any, queue: str) -> int:
+    """Messages ready in ``queue``; 0 for a queue not declared yet (or deleted)."""
+    channel = connection.channel()
+    try:
+        declared = channel.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as error:
+        if error.reply_code == 404:  # NOT_FOUND: it holds nothing
+            return 0
+        raise
+    channel.close()
+    return int(declared.method.message_count)
 
 
 def _age_seconds(encoded: object, now: float) -> float | None:

@@ -14,10 +14,12 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pika
 import pika.exceptions
+from dramatiq.common import dq_name, xq_name
 
 LOCAL_RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/%2F"  # this machine's RabbitMQ
 MANAGEMENT_PORT = 15672
@@ -92,3 +94,20 @@ def _management(url: str, method: str, path: str) -> None:
         raise VhostUnavailable(
             "a vhost per test run needs rabbitmqctl (as a user allowed to run it) or RabbitMQ's "
             f"management plugin on port {MANAGEMENT_PORT}: {error}") from None
+
+
+def lose_every_message(url: str, queues: Iterable[str], namespace: str) -> None:
+    """What a reset RabbitMQ node leaves of the queued messages and of the sweeper's marker:
+    nothing. The queues are purged rather than deleted, so that workers running in this
+    process keep consuming (a worker started after a real reset declares them again)."""
+    from actors.sweeper_marker import MARKER_NAME
+
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = connection.channel()
+        for queue in queues:
+            for name in (queue, dq_name(queue), xq_name(queue)):
+                channel.queue_purge(name)
+        channel.queue_delete(f"{namespace}.{MARKER_NAME}")
+    finally:
+        connection.close()
