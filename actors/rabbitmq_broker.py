@@ -21,7 +21,6 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.errors import QueueJoinTimeout
 
 JOIN_MIN_EMPTY = 10  # consecutive looks at an empty queue before join() says it is drained
-JOIN_IDLE_SECONDS = 0.1  # seconds between two looks
 
 
 class OneConnectionRabbitmqBroker(RabbitmqBroker):

@@ -14,7 +14,8 @@ enqueued for REENQUEUE_AFTER_SECONDS whatever the marker says, so a single purge
 from __future__ import annotations
 
 import contextlib
-from typing import Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import dramatiq
 import pika
@@ -76,7 +77,7 @@ class RabbitmqMarker:
             channel.queue_declare(self._queue, durable=True)
 
     @contextlib.contextmanager
-    def _channel(self):  # type: ignore[no-untyped-def]
+    def _channel(self) -> Iterator[Any]:
         parameters = pika.URLParameters(self._url)
         parameters.socket_timeout = RABBITMQ_TIMEOUT_SECONDS
         parameters.blocked_connection_timeout = RABBITMQ_TIMEOUT_SECONDS
