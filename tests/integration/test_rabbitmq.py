@@ -58,9 +58,11 @@ def rabbitmq() -> Iterator[str]:
     try:
         yield url
     finally:
-        del os.environ["BROKER_URL"]
-        runtime.start_messaging(runtime.start(before))  # closes the RabbitMQ broker's connections
-        delete_vhost(LOCAL_RABBITMQ, vhost)
+        try:
+            del os.environ["BROKER_URL"]
+            runtime.start_messaging(runtime.start(before))  # closes the RabbitMQ broker's connections
+        finally:
+            delete_vhost(LOCAL_RABBITMQ, vhost)
 
 
 def _delete_every_queue(url: str) -> None:
