@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 CONSTRAINTS := constraints.txt
 LOCK_VENV := .venv-lock
 
-.PHONY: run test lint chromium fuzz bench bench-portal bench-deliver bench-tenants lock clean
+.PHONY: run test test-rabbitmq lint chromium fuzz bench bench-portal bench-deliver bench-tenants lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -63,6 +63,12 @@ test: lint chromium
 FUZZ_REQUESTS ?= 6000
 fuzz: $(STAMP)
 	FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(BIN)/pytest tests/fuzz -q
+
+# The integration and system tiers with RabbitMQ as the broker (publisher confirms on)
+# instead of Redis; each run makes a vhost of its own there and deletes it afterwards.
+RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
+test-rabbitmq: $(STAMP)
+	BROKER_URL='$(RABBITMQ_URL)' $(BIN)/pytest tests/integration tests/system
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.scan

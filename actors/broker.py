@@ -7,8 +7,11 @@ installs a placeholder that refuses to enqueue, and `install_broker` moves every
 declared so far onto the real broker. A process that forgot to install one fails loudly on
 its first send instead of talking to a default Redis on localhost.
 
-Redis only carries messages: every pending thing is also a row in Postgres, and a flushed
-Redis or a lost message is repaired by the sweeper.
+The broker is Redis (REDIS_URL, the embedded default) or, when BROKER_URL names one,
+RabbitMQ (several worker machines; durable queues, publisher confirms). Either only carries
+messages: every pending thing is also a row in Postgres, and a flushed Redis, a purged
+queue or a lost message is repaired by the sweeper. Nothing correct depends on the broker's
+delays or redelivery.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dramatiq.middleware import (
 )
 
 from actors.consumers import ConsumerHeartbeats
+from actors.rabbitmq_broker import OneConnectionRabbitmqBroker
 from tocsin.config import Settings
 
 
@@ -63,13 +67,23 @@ def _middleware() -> list[Middleware]:
 
 
 _lock = threading.Lock()
-_installed: RedisBroker | None = None
+_installed: dramatiq.Broker | None = None
+_installed_for: tuple[str | None, str] | None = None  # (broker_url, namespace) it was built from
 
 if dramatiq.broker.global_broker is None:  # get_broker() would build a default Redis broker
     dramatiq.set_broker(_Placeholder(middleware=_middleware()))
 
 
-def build_broker(settings: Settings) -> RedisBroker:
+def build_broker(settings: Settings) -> dramatiq.Broker:
+    if settings.broker_url is not None:
+        return OneConnectionRabbitmqBroker(
+            url=settings.broker_url,
+            # A send returns once RabbitMQ has the message (persistent, in a durable queue),
+            # so a message the after-commit hook sent is not lost in a socket buffer; one
+            # RabbitMQ cannot route raises instead of vanishing.
+            confirm_delivery=True,
+            middleware=_middleware(),
+        )
     return RedisBroker(  # type: ignore[no-untyped-call]
         url=settings.redis_url,
         namespace=settings.dramatiq_namespace,
@@ -84,14 +98,14 @@ def build_broker(settings: Settings) -> RedisBroker:
     )
 
 
-def install_broker(settings: Settings) -> RedisBroker:
+def install_broker(settings: Settings) -> dramatiq.Broker:
     """Build this process's broker from ``settings``, make it current and move every actor
     declared so far onto it. Idempotent for the same settings."""
-    global _installed
+    global _installed, _installed_for
+    wanted = (settings.broker_url, settings.dramatiq_namespace)
     with _lock:
         current = dramatiq.get_broker()
-        if _installed is not None and current is _installed \
-                and getattr(_installed, "namespace", None) == settings.dramatiq_namespace:
+        if _installed is not None and current is _installed and _installed_for == wanted:
             return _installed
         broker = build_broker(settings)
         for name in sorted(current.get_declared_actors()):
@@ -99,12 +113,14 @@ def install_broker(settings: Settings) -> RedisBroker:
             actor.broker = broker
             broker.declare_actor(actor)
         dramatiq.set_broker(broker)
-        _installed = broker
+        if _installed is not None and _installed is not broker:
+            _installed.close()  # replaced (a test pointing the process elsewhere): no idle connections
+        _installed, _installed_for = broker, wanted
         return broker
 
 
-def current_broker() -> RedisBroker:
-    """The installed broker (for the sweeper's marker and the tests' drains)."""
+def current_broker() -> dramatiq.Broker:
+    """The installed broker (for the sweeper and the tests' drains)."""
     if _installed is None:
         raise BrokerNotInstalled("this process has not installed its broker")
     return _installed

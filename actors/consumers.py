@@ -18,6 +18,7 @@ import redis
 from dramatiq.common import q_name
 from redis.exceptions import RedisError
 
+from tocsin import runtime
 from tocsin.queues import CONSUMER_BEAT_SECONDS, ConsumerRegistry
 
 log = logging.getLogger("tocsin.consumers")
@@ -46,14 +47,14 @@ class ConsumerHeartbeats(dramatiq.Middleware):
         self._lock = threading.Lock()
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        # The records go in the broker's own Redis, under its namespace, through its client
-        # (made in this worker process, never before a fork). Another broker kind would hand
-        # a Redis client here instead.
+        # The records go in Redis under the namespace: the Redis broker's own client, or
+        # (RabbitMQ carries the messages) a client on REDIS_URL, which stays required. Made in
+        # this worker process, never before a fork.
         client, namespace = getattr(broker, "client", None), getattr(broker, "namespace", None)
         if not isinstance(client, redis.Redis) or not isinstance(namespace, str):
-            log.warning("no consumer heartbeats: the broker %s keeps no Redis client",
-                        type(broker).__name__)
-            return
+            settings = runtime.settings()
+            client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+            namespace = settings.dramatiq_namespace
         registry = ConsumerRegistry(client, namespace)
         worker_id = uuid.uuid4().hex
         stop = threading.Event()

@@ -5,8 +5,9 @@ outcomes, reconciles unknown outcomes, repairs claims committed without their
 notifications, and raises and publishes ops alerts. Every step is guarded in SQL, so a
 second sweep, or a sweep from a second clock at the same moment, changes nothing.
 
-A flushed (or restarted, empty) Redis is noticed by a marker key that only the sweeper
-writes: when it is missing, every due delivery is enqueued again, not only stale ones.
+A flushed (or restarted, empty) Redis, or a reset RabbitMQ, is noticed by a marker that only
+the sweeper writes (actors/sweeper_marker.py): when it is missing, every due delivery is
+enqueued again, not only stale ones.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import dramatiq
-import redis
 
 from actors.broker import current_broker
 from actors.metrics import SWEEP_SECONDS
 from actors.ops import publish_alerts
+from actors.sweeper_marker import sweeper_marker
 from db.alerts import has_unpublished, raise_alerts
 from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
@@ -47,7 +48,7 @@ class SweepReport:
     alerts_published: int
 
 
-def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
+def run_sweep(slug: str, *, messages_lost: bool = False) -> SweepReport:
     settings = runtime.settings()
     now = utcnow()
     # One transaction: each one costs a pool check-out, a tenant lookup and a commit (a WAL
@@ -60,7 +61,7 @@ def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
                                        UnknownPolicy(tx.tenant.unknown_outcome_policy))
         repaired = prepare_claims(tx, now)
         release_due_deferrals(tx, now)  # quiet hours over: due now, by the app's clock
-        to_send = schedule_due_deliveries(tx, everything=redis_lost)
+        to_send = schedule_due_deliveries(tx, everything=messages_lost)
         raised = raise_alerts(tx, timedelta(seconds=settings.stuck_grace_seconds))
         alerts_waiting = has_unpublished(tx)
         # For `tocsin status`, Needs attention and the next sweep's order.
@@ -71,20 +72,10 @@ def run_sweep(slug: str, *, redis_lost: bool = False) -> SweepReport:
     return SweepReport(slug, leases, reconciled, repaired, len(to_send), raised, published)
 
 
-def marker_key() -> str:
-    return f"{runtime.settings().dramatiq_namespace}:sweeper-marker"
-
-
-def redis_was_emptied(client: redis.Redis) -> bool:
-    """True when the marker is gone: Redis was flushed or restarted empty since the last
-    sweep, and every message it held may be lost."""
-    return not client.exists(marker_key())
-
-
 @dramatiq.actor(queue_name="sweep", time_limit=5 * 60_000, max_age=10 * 60_000)  # milliseconds
-def sweep_tenant(slug: str, redis_lost: bool = False) -> None:
+def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
     with SWEEP_SECONDS.time():
-        r = run_sweep(slug, redis_lost=redis_lost)
+        r = run_sweep(slug, messages_lost=messages_lost)
     if r.leases != LeaseReport(0, 0, 0) or r.reconciled != ReconcileReport(0, 0, 0) or r.repaired \
             or r.enqueued or r.alerts_raised:
         log.info("swept tenant=%s retried=%d unknown=%d failed=%d confirmed=%d resent=%d held=%d "
@@ -97,11 +88,12 @@ def sweep_tenant(slug: str, redis_lost: bool = False) -> None:
 def sweep() -> None:
     """Fan out one sweep per active tenant, the tenants swept longest ago first
     (db/runs.py fan_out_order)."""
-    client = current_broker().client
-    lost = redis_was_emptied(client)
+    marker = sweeper_marker(runtime.settings(), current_broker())
+    lost = marker.missing()
     if lost:
-        log.warning("Redis holds no sweeper marker (flushed or restarted): re-enqueueing all due work")
+        log.warning("the broker holds no sweeper marker (flushed, reset or restarted empty): "
+                    "re-enqueueing all due work")
     for slug in fan_out_order(RunKind.SWEEP):
         sweep_tenant.send(slug, lost)
     if lost:
-        client.set(marker_key(), "1")
+        marker.leave()

@@ -300,6 +300,7 @@ def project_scan(
     threads, timed from the first send until the worker has finished the last scan.
     What the scans did is read back from the tenants' tables afterwards (untimed)."""
     import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
 
     from actors.broker import install_broker
     from actors.scan import scan_tenant
@@ -314,7 +315,10 @@ def project_scan(
         started = time.perf_counter()
         for t in tenants:
             scan_tenant.send(t.slug, as_of.isoformat())
-        broker.join("scan", interval=5)
+        if isinstance(broker, RedisBroker):
+            broker.join("scan", interval=5)  # milliseconds between two looks at the queue
+        else:  # RabbitMQ (BROKER_URL): its own join
+            broker.join("scan")
         worker.join()
         elapsed = time.perf_counter() - started
     finally:

@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from psycopg import sql
 
@@ -57,10 +58,23 @@ from bench.scan import (
 from domain.identity import parse_instant
 from tests.support.many_tenants import add_unmigrated_tenants, remove_tenants_like
 
+if TYPE_CHECKING:
+    from dramatiq import Broker
+
 FEW_PREFIX = "benchfew-"
 MANY_PREFIX = "benchmany-"
 GOAL_MANY_OVER_FEW = 0.5
 
+
+
+def _join(broker: Broker, queue: str) -> None:
+    """Wait until ``queue`` is empty: Redis looks every 5 ms; RabbitMQ has its own join."""
+    from dramatiq.brokers.redis import RedisBroker
+
+    if isinstance(broker, RedisBroker):
+        broker.join(queue, interval=5)  # milliseconds between two looks at the queue
+    else:
+        broker.join(queue)
 
 def drop_all(conn: Connection) -> int:
     return remove_tenants_like(conn, FEW_PREFIX) + remove_tenants_like(conn, MANY_PREFIX)
@@ -204,7 +218,7 @@ def full_tick(conn: Connection, prefix: str, as_of: datetime, workers: int) -> t
     try:
         started = time.perf_counter()
         tick.send(as_of.isoformat())
-        broker.join("scan", interval=5)
+        _join(broker, "scan")
         worker.join()
         elapsed = time.perf_counter() - started
     finally:
@@ -227,7 +241,7 @@ def full_sweep(conn: Connection, prefix: str, workers: int) -> float:
     try:
         started = time.perf_counter()
         sweep.send()
-        broker.join("sweep", interval=5)
+        _join(broker, "sweep")
         worker.join()
         elapsed = time.perf_counter() - started
     finally:

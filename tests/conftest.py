@@ -3,7 +3,9 @@
 When DATABASE_URL / REDIS_URL are unset the embedded ones are started (as `make run`
 does); set them to run against real servers. The local SES endpoint is always started
 unless SES_ENDPOINT_URL names one: the suite never talks to real AWS. Each run uses its
-own Dramatiq namespace, so a shared Redis carries no messages between runs.
+own Dramatiq namespace, so a shared Redis carries no messages between runs. With
+BROKER_URL set (`make test-rabbitmq`) the run uses a RabbitMQ vhost of its own, made for it
+and deleted after it (tests/support/rabbitmq.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _services = None
+_rabbitmq_vhost: tuple[str, str] | None = None  # (the given BROKER_URL, this run's vhost)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,7 +44,13 @@ def _start_services() -> None:
     os.environ.setdefault("MAIL_FROM", "Tocsin Tests <notifications@tocsin.example>")
     # Tests that are about the send rate set their own limiter; the rest should not wait.
     os.environ.setdefault("SES_MAX_SEND_RATE", "1000")
-    os.environ["DRAMATIQ_NAMESPACE"] = f"tocsin-test-{uuid.uuid4().hex[:8]}"
+    os.environ["DRAMATIQ_NAMESPACE"] = namespace = f"tocsin-test-{uuid.uuid4().hex[:8]}"
+    if os.environ.get("BROKER_URL"):  # Dramatiq's RabbitMQ broker has no namespace: a vhost
+        from tests.support.rabbitmq import create_vhost
+
+        global _rabbitmq_vhost
+        _rabbitmq_vhost = (os.environ["BROKER_URL"], namespace)
+        os.environ["BROKER_URL"] = create_vhost(*_rabbitmq_vhost)
     # A random secret, as a deployment must have: no test passes thanks to the published
     # default, and the portal and workers run under the production policy (no TOCSIN_EMBEDDED).
     os.environ["SESSION_SECRET"] = secrets.token_urlsafe(48)
@@ -83,3 +92,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
         close_pool()
         _services.stop()
+    if _rabbitmq_vhost is not None:
+        from actors.broker import current_broker
+        from tests.support.rabbitmq import delete_vhost
+
+        current_broker().close()
+        delete_vhost(*_rabbitmq_vhost)

@@ -256,19 +256,26 @@ def _ago(delta: timedelta | None) -> str:
 def cmd_status(args: argparse.Namespace) -> None:
     from domain.liveness import OVERDUE_GRACE_SECONDS, OVERDUE_INTERVALS, RunKind
     from tocsin import runtime
+    from tocsin.config import redact_password
     from tocsin.queues import QueueInspector
     from tocsin.status import machinery_status
 
     settings = runtime.settings()
     slug = _chosen_tenants(args.tenant)[0] if args.tenant else None  # an unknown one is bad input
-    inspector = QueueInspector.for_redis(settings.redis_url, settings.dramatiq_namespace)
+    inspector = QueueInspector.for_settings(settings)
     status = machinery_status(inspector, settings.sweep_interval_seconds, slug, discover_queues=True)
-    _out(f"Queues (Redis namespace {settings.dramatiq_namespace!r}; OLDEST is the age of the next "
-         "ready message)")
+    if settings.broker_url is None:
+        _out(f"Queues (Redis namespace {settings.dramatiq_namespace!r}; OLDEST is the age of the next "
+             "ready message)")
+    else:
+        _out(f"Queues (RabbitMQ {redact_password(settings.broker_url)}; OLDEST is unknown: RabbitMQ "
+             "shows a message only by delivering it)")
     _out(f"{'QUEUE':<16} {'READY':>7} {'DELAYED':>7}  {'OLDEST':<9} {'CONSUMERS':>9}")
     for q in status.queues:
         flag = "  NO CONSUMER" if q.unconsumed else ""
-        _out(f"{q.name:<16} {q.ready:>7} {q.delayed:>7}  {_age(q.oldest_age_seconds):<9} "
+        oldest = "unknown" if q.oldest_age_seconds is None and q.ready and settings.broker_url \
+            else _age(q.oldest_age_seconds)
+        _out(f"{q.name:<16} {q.ready:>7} {q.delayed:>7}  {oldest:<9} "
              f"{q.consumers:>9}{flag}")
     _out()
     _out(f"Tenants (a sweep is overdue after {_age(status.sweep_overdue_after)}: {OVERDUE_INTERVALS} "
@@ -306,7 +313,7 @@ def cmd_web(args: argparse.Namespace) -> None:
 def cmd_worker(args: argparse.Namespace) -> None:
     from tocsin.processes import run_worker
 
-    sys.exit(run_worker(args.processes, args.threads))
+    sys.exit(run_worker(args.processes, args.threads, args.queues or ()))
 
 
 def cmd_clock(args: argparse.Namespace) -> None:
@@ -393,6 +400,11 @@ def build_parser() -> Parser:
     p = command("worker", cmd_worker, "run the Dramatiq worker (own session, signals forwarded)")
     p.add_argument("--processes", type=positive_count, default=2)
     p.add_argument("--threads", type=positive_count, default=4)
+    from tocsin.queues import PRODUCT_QUEUES
+
+    p.add_argument("--queues", nargs="+", choices=PRODUCT_QUEUES, metavar="QUEUE",
+                   help=f"consume only these queues (of {', '.join(PRODUCT_QUEUES)}); default: all, "
+                        "e.g. a dedicated email worker on its own Procfile line")
     command("clock", cmd_clock, "enqueue the scan tick and the sweep, each on its interval")
     return parser
 

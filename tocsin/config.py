@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from domain.errors import InvalidInput
 from domain.sns import valid_test_origin, valid_topic_arn
@@ -47,6 +48,8 @@ class Settings:
     reconcile_window_seconds: int = 15 * 60  # wait for a provider event before resending
     stuck_grace_seconds: int = 30 * 60  # a claim notifying nobody this long is stuck
     ops_topic_arn: str | None = None  # SNS topic for ops alerts; unset: alerts only logged
+    # amqp(s):// selects the RabbitMQ broker; unset: the Redis broker on redis_url.
+    broker_url: str | None = None
     # The SNS topics whose messages the SES hook accepts; empty: every message is refused.
     sns_allowed_topic_arns: frozenset[str] = frozenset()
     # Tests only: a loopback origin trusted in place of Amazon's SNS hosts (see domain.sns).
@@ -64,10 +67,15 @@ class Settings:
 
     def __repr__(self) -> str:
         shown = ", ".join(
-            f"{f.name}={'***' if f.name in SECRET_FIELDS else getattr(self, f.name)!r}"
+            f"{f.name}={'***' if f.name in SECRET_FIELDS else _shown(f.name, getattr(self, f.name))!r}"
             for f in fields(self)
         )
         return f"Settings({shown})"
+
+
+def _shown(name: str, value: object) -> object:
+    # A broker URL carries RabbitMQ's password; the rest of it helps whoever reads a log.
+    return redact_password(value) if name == "broker_url" and isinstance(value, str) else value
 
 
 def env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -127,6 +135,33 @@ def worker_metrics_address(env: Mapping[str, str]) -> tuple[str, int] | None:
     Dramatiq processes it starts (and restarts)."""
     port = _optional_port(env, "METRICS_WORKER_PORT")
     return None if port is None else (env.get("METRICS_WORKER_HOST") or "127.0.0.1", port)
+
+
+def _broker_url(env: Mapping[str, str]) -> str | None:
+    """RabbitMQ's URL, or None for the Redis broker on REDIS_URL (the embedded default)."""
+    value = env.get("BROKER_URL") or None
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        raise ConfigError(
+            "BROKER_URL must be an amqp:// or amqps:// URL with a host (RabbitMQ), "
+            f"got {redact_password(value)!r}; leave it unset to use the Redis broker on REDIS_URL"
+        )
+    try:
+        parts.port  # noqa: B018  (raises on a malformed port)
+    except ValueError:
+        raise ConfigError(f"BROKER_URL has a malformed port: {redact_password(value)!r}") from None
+    return value
+
+
+def redact_password(url: str) -> str:
+    """The URL as it may be shown: any password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -192,6 +227,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         reconcile_window_seconds=env_int(env, "RECONCILE_WINDOW_SECONDS", 15 * 60, minimum=0),
         stuck_grace_seconds=env_int(env, "STUCK_GRACE_SECONDS", 30 * 60, minimum=0),
         ops_topic_arn=env.get("OPS_TOPIC_ARN") or None,
+        broker_url=_broker_url(env),
         sns_allowed_topic_arns=_topic_arns(env, "SNS_ALLOWED_TOPIC_ARNS"),
         sns_test_cert_origin=_test_origin(env, "SNS_TEST_CERT_ORIGIN"),
         previous_session_secrets=secrets.previous_session_secrets,

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -49,7 +49,7 @@ def run_web() -> None:
     )
 
 
-def run_worker(processes: int, threads: int) -> int:
+def run_worker(processes: int, threads: int, queues: Sequence[str] = ()) -> int:
     """Run `dramatiq actors` in its own session, restart it when it dies unasked, and
     forward the first stop signal once.
 
@@ -68,6 +68,8 @@ def run_worker(processes: int, threads: int) -> int:
     require_strong_secret(load_secrets())
     command = [sys.executable, "-m", "dramatiq", WORKER_BROKER,
                "--processes", str(processes), "--threads", str(threads)]
+    if queues:  # a dedicated line (an email worker): only these; Dramatiq adds their delay queues
+        command += ["--queues", *queues]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
     address = worker_metrics_address(os.environ)
     if address is None:

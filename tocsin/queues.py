@@ -5,7 +5,8 @@ Dramatiq's own Redis heartbeats say which worker processes are alive, not which 
 they consume (a worker may be started with `--queues email`), so each worker also
 records, every few seconds and with an expiry, the queues it consumes. A queue has live
 consumers while some record for it has not expired. The registry lives in Redis whatever
-the broker; reading depths is broker-specific (`QueueDepths`), the Redis broker's below.
+the broker; reading depths is broker-specific (`QueueDepths`): the Redis broker's and
+RabbitMQ's below.
 Nothing here builds a broker, so the portal can read it without importing the actors.
 """
 
@@ -16,10 +17,14 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+import pika
+import pika.exceptions
 import redis
 from redis.exceptions import RedisError
+
+from tocsin.config import Settings
 
 # Every queue the product's actors use (tests/integration/test_status.py checks this
 # against the queues the actors declare): each needs a live consumer.
@@ -36,7 +41,9 @@ class QueuesUnavailable(Exception):
 class QueueDepth:
     ready: int  # messages waiting to be fetched
     delayed: int  # messages waiting in the delay queue (retries, eta): fetched and held until due
-    oldest_age_seconds: float | None  # age of the next ready message; None when none waits
+    # Age of the next ready message; None when none waits, or when the broker cannot tell
+    # without taking it (RabbitMQ).
+    oldest_age_seconds: float | None
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,53 @@ class RedisQueueDepths:
         return found
 
 
+class RabbitmqQueueDepths:
+    """Depths as Dramatiq's RabbitMQ broker stores them: durable queues ``queue`` and
+    ``queue.DQ`` (delayed), counted by a passive declare, which sees messages not yet
+    delivered to a worker (the ones a worker holds unacknowledged are not counted, as the
+    Redis reader does not count what a worker fetched). The next message's age is unknown:
+    RabbitMQ shows a message only by delivering it, which would reorder the queue.
+
+    Each look opens its own short connection: a blocking connection left idle between two
+    health checks would miss its heartbeats and be closed by RabbitMQ anyway."""
+
+    def __init__(self, url: str, timeout_seconds: float = 5.0) -> None:
+        self._url = url
+        self._timeout = timeout_seconds  # seconds to connect or wait for one answer
+
+    def depth(self, queue: str) -> QueueDepth:
+        parameters = pika.URLParameters(self._url)
+        parameters.socket_timeout = self._timeout
+        parameters.blocked_connection_timeout = self._timeout
+        parameters.connection_attempts = 1
+        try:
+            connection = pika.BlockingConnection(parameters)
+            try:
+                return QueueDepth(_count(connection, queue), _count(connection, f"{queue}.DQ"), None)
+            finally:
+                if connection.is_open:
+                    connection.close()
+        except (pika.exceptions.AMQPError, OSError) as error:
+            raise QueuesUnavailable(f"RabbitMQ did not answer: {error!r}") from None
+
+    def holding_messages(self) -> set[str]:
+        """AMQP cannot list a vhost's queues; RabbitMQ's management tools show stray ones."""
+        return set()
+
+
+def _count(connection: Any, queue: str) -> int:
+    """Messages ready in ``queue``; 0 for a queue not declared yet (or deleted)."""
+    channel = connection.channel()
+    try:
+        declared = channel.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as error:
+        if error.reply_code == 404:  # NOT_FOUND: it holds nothing
+            return 0
+        raise
+    channel.close()
+    return int(declared.method.message_count)
+
+
 def _age_seconds(encoded: object, now: float) -> float | None:
     """The age of an encoded message (Dramatiq's default JSON encoding); None when it was
     consumed in the meantime or is not in that encoding."""
@@ -165,6 +219,15 @@ class QueueInspector:
         """Connections are made on first use, not here."""
         client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
         return cls(RedisQueueDepths(client, namespace), ConsumerRegistry(client, namespace))
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> QueueInspector:
+        """Depths from the broker the settings select; consumers from Redis either way."""
+        if settings.broker_url is None:
+            return cls.for_redis(settings.redis_url, settings.dramatiq_namespace)
+        client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+        return cls(RabbitmqQueueDepths(settings.broker_url),
+                   ConsumerRegistry(client, settings.dramatiq_namespace))
 
     def states(self, queues: Sequence[str] = PRODUCT_QUEUES, *, discover: bool = False) -> list[QueueState]:
         """The named queues, those someone consumes and, with ``discover``, every other

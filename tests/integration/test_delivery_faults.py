@@ -37,6 +37,7 @@ from tests.integration.builders import add_clients_in_bulk, run_concurrently
 from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox, use_settings, wait_until
 from tests.integration.test_deliver_email import FailingMailer
 from tests.support.faulty_ses import FaultySes
+from tests.support.rabbitmq import lose_every_message
 from tocsin.config import load_settings
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
@@ -144,6 +145,10 @@ def test_redis_flushall_in_the_middle_of_a_run(
             ids = _deliveries(tenant, clients=40)
             wait_until(lambda: proxy.count("hold") == THREADS, "four sends in flight")
             redis.Redis.from_url(load_settings().redis_url).flushall()  # every queued message is gone
+            settings = load_settings()
+            if settings.broker_url:  # ... from RabbitMQ when it carries them (a reset node)
+                lose_every_message(settings.broker_url, worker.broker.get_declared_queues(),
+                                   settings.dramatiq_namespace)
             proxy.release()
             worker.drain()
             assert _statuses(tenant)["pending"] > 100  # what Redis held is lost; Postgres still has it

@@ -49,8 +49,12 @@ def tocsin_status(*args: str) -> tuple[int, str]:
 
 
 def inspector() -> QueueInspector:
-    settings = load_settings()
-    return QueueInspector.for_redis(settings.redis_url, settings.dramatiq_namespace)
+    return QueueInspector.for_settings(load_settings())
+
+
+# What only the Redis broker can show (tests/integration/test_rabbitmq.py has RabbitMQ's).
+redis_broker_only = pytest.mark.skipif(bool(os.environ.get("BROKER_URL")),
+                                       reason="reads the Redis broker's keys; the run is on RabbitMQ")
 
 
 def queues() -> dict[str, QueueState]:
@@ -153,6 +157,7 @@ def test_a_tenant_created_long_ago_and_never_swept_is_overdue(tenant: Tenant, wo
     assert f"tenant {tenant.slug!r}: the sweep has never completed" in out
 
 
+@redis_broker_only
 def test_the_oldest_age_is_the_age_of_the_next_message_and_delayed_ones_count_apart(
     no_worker: None,
 ) -> None:
@@ -172,6 +177,7 @@ def test_the_oldest_age_is_the_age_of_the_next_message_and_delayed_ones_count_ap
     assert code == EXIT_DEGRADED
 
 
+@redis_broker_only
 def test_status_finds_a_queue_no_actor_names_that_holds_messages_nobody_consumes(no_worker: None) -> None:
     settings = load_settings()
     elsewhere = RedisBroker(url=settings.redis_url, namespace=settings.dramatiq_namespace, middleware=[])
@@ -216,6 +222,27 @@ def test_a_tocsin_worker_process_is_seen_consuming_every_queue_until_it_stops(
     assert no_queue_consumed()
     code, out = tocsin_status("--tenant", tenant.slug)
     assert code == EXIT_DEGRADED and "queue 'email' has no live consumer" in out
+
+
+def test_a_dedicated_email_worker_is_seen_consuming_only_the_email_queue(no_worker: None) -> None:
+    email_only = subprocess.Popen(
+        [TOCSIN, "worker", "--processes", "1", "--threads", "1", "--queues", "email"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: queues()["email"].consumers == 1, "the email worker's first heartbeat")
+        assert {name: q.consumers for name, q in queues().items()} == {
+            "scan": 0, "sweep": 0, "digest": 0, "email": 1}
+    finally:
+        email_only.send_signal(signal.SIGTERM)
+        output, _ = email_only.communicate(timeout=WAIT_LIMIT)
+    assert email_only.returncode == 0, output.decode()
+
+
+def test_the_worker_command_refuses_a_queue_the_product_does_not_have() -> None:
+    done = subprocess.run([TOCSIN, "worker", "--queues", "emails"], capture_output=True, text=True,
+                          timeout=WAIT_LIMIT)
+
+    assert done.returncode == 2 and "invalid choice: 'emails'" in done.stderr, done.stderr
 
 
 def test_healthz_says_degraded_with_503_when_redis_does_not_answer() -> None:

@@ -31,7 +31,7 @@ TOCSIN = str(Path(sys.executable).parent / "tocsin")
 UP_LIMIT = 120.0  # seconds for a fresh stack (initdb included) to come up
 # The test run's own services: `tocsin up` must start its own instead.
 TEST_SERVICES = ("DATABASE_URL", "REDIS_URL", "SES_ENDPOINT_URL", "DRAMATIQ_NAMESPACE",
-                 "TOCSIN_TEST_SERVICES_READY")
+                 "TOCSIN_TEST_SERVICES_READY", "BROKER_URL")  # the embedded default is Redis
 
 
 class Up:

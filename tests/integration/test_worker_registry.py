@@ -6,7 +6,7 @@ The actors are found by reading actors/ (every function decorated with `dramatiq
 not from a list kept next to this test: an actor module the worker command does not import
 (as actors.sweep once was) fails here. Two observations from outside: a fresh interpreter
 imports exactly what the running Dramatiq process was told to import (its command line, read
-from /proc) and lists the broker's actors; and a message to each actor, sent through Redis,
+from /proc) and lists the broker's actors; and a message to each actor, sent through the broker,
 is received by the running worker.
 """
 
@@ -18,12 +18,12 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dramatiq
 import pytest
-from dramatiq.brokers.redis import RedisBroker
 
+from actors.broker import build_broker
 from tests.integration.conftest import wait_until
 from tests.support.procfile_stack import ROOT, ProcfileStack, cmdline
 from tocsin.config import load_settings
@@ -130,12 +130,13 @@ def test_every_actor_under_actors_is_registered_by_the_procfiles_worker_command(
 def test_a_message_to_every_actors_queue_is_received_by_a_running_procfile_worker(
     procfile_stack: ProcfileStack,
 ) -> None:
-    """One message per declared actor, sent to its queue in Redis. It is already past its age
+    """One message per declared actor, sent to its queue in the stack's broker. It is already past its age
     limit, so the worker that receives it skips it without running the actor (nothing
     happens to any tenant) and says so in its log, naming the message: only a worker that
     consumes the queue and has the actor registered gets that far."""
-    sender = RedisBroker(url=load_settings().redis_url, namespace=procfile_stack.namespace,
-                         middleware=[])  # type: ignore[no-untyped-call]
+    # The stack's own broker: its Redis namespace, or its RabbitMQ vhost when BROKER_URL is set.
+    sender = build_broker(replace(load_settings(), dramatiq_namespace=procfile_stack.namespace,
+                                  broker_url=procfile_stack.env.get("BROKER_URL") or None))
     sent = {}
     for actor in declared_actors():
         message = dramatiq.Message(queue_name=actor.queue, actor_name=actor.name, args=(),

@@ -4,9 +4,10 @@ product from outside.
 Each Procfile line runs through `/bin/sh -c` (as honcho runs it) in its own process group,
 with the environment `tocsin up` hands to honcho (tocsin.processes.procfile_environment)
 and the PORT honcho would give it, on the test session's PostgreSQL, Redis and local SES
-endpoint, in a Dramatiq namespace of its own. A line may be started more than once (three
-clocks, a second worker). Every process the stack starts carries its namespace in its
-environment, so `close()` finds and ends them all, orphans included, even after a failure.
+endpoint, in a Dramatiq namespace of its own (and, on RabbitMQ, a vhost of its own). A line
+may be started more than once (three clocks, a second worker). Every process the stack
+starts carries its namespace in its environment, so `close()` finds and ends them all,
+orphans included, even after a failure.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.integration.conftest import WAIT_LIMIT, wait_until
+from tests.support.rabbitmq import create_vhost, delete_vhost
 from tocsin.processes import procfile_environment
 from tocsin.services import free_port
 
@@ -184,6 +186,9 @@ class ProcfileStack:
         self.logs.mkdir(parents=True, exist_ok=True)
         base = {**os.environ, "DRAMATIQ_NAMESPACE": self.namespace, "PYTHONUNBUFFERED": "1",
                 **settings}
+        self.rabbitmq: str | None = base.get("BROKER_URL") or None  # the URL it was given
+        if self.rabbitmq is not None:  # RabbitMQ has no namespace: a vhost per stack
+            base["BROKER_URL"] = create_vhost(self.rabbitmq, self.namespace)
         self.env = procfile_environment(base, self.portal_url)
         self.started: list[ProcfileProcess] = []
 
@@ -222,17 +227,46 @@ class ProcfileStack:
 
     def sweeps_done(self, count: int) -> None:
         """Wait until the clocks have enqueued ``count`` more sweeps and no sweep message is
-        left in Redis unprocessed: the running system has swept at least that many times."""
+        left unprocessed: the running system has swept at least that many times."""
+        enough = self.output("clock").count("sweep enqueued") + count
+        wait_until(lambda: self.output("clock").count("sweep enqueued") >= enough,
+                   f"{count} more sweeps enqueued", WAIT_LIMIT * 2)
+        if self.rabbitmq is None:
+            self._sweep_messages_processed()
+        else:
+            self._tenants_swept_since_now()
+
+    def _sweep_messages_processed(self) -> None:
+        """The Redis broker keeps a message in ``queue.msgs`` until a worker acknowledges it."""
         import redis
 
         from tocsin.config import load_settings
 
         client = redis.Redis.from_url(load_settings().redis_url)
         queues = [f"{self.namespace}:sweep.msgs", f"{self.namespace}:sweep.DQ.msgs"]
-        enough = self.output("clock").count("sweep enqueued") + count
-        wait_until(lambda: self.output("clock").count("sweep enqueued") >= enough
-                   and not any(client.hlen(q) for q in queues), f"{count} more sweeps", WAIT_LIMIT * 2)
+        wait_until(lambda: not any(client.hlen(q) for q in queues), "the sweeps to be processed",
+                   WAIT_LIMIT * 2)
         client.close()
+
+    def _tenants_swept_since_now(self) -> None:
+        """RabbitMQ does not count the messages a worker holds, so read the outcome instead:
+        every active tenant has a sweep completed after this moment (one that began at the
+        latest with the last sweep counted)."""
+        from db.pool import connection
+
+        def every_tenant_swept_since(moment: object) -> bool:
+            with connection() as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM control.tenants t WHERE t.status = 'active' AND NOT EXISTS "
+                    "(SELECT 1 FROM control.completed_runs r WHERE r.tenant_id = t.id "
+                    "AND r.kind = 'sweep' AND r.completed_at > %s)", [moment]).fetchone()
+            return row is not None and row[0] == 0
+
+        with connection() as conn:
+            row = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None
+        wait_until(lambda: every_tenant_swept_since(row[0]), "every tenant to be swept again",
+                   WAIT_LIMIT * 2)
 
     def close(self) -> None:
         """Stop every line (SIGCONT first: a stopped process cannot act on SIGTERM), then
@@ -251,3 +285,5 @@ class ProcfileStack:
             if p.process.poll() is None:
                 p.process.kill()
             p.process.wait(timeout=STOP_LIMIT)
+        if self.rabbitmq is not None:
+            delete_vhost(self.rabbitmq, self.namespace)

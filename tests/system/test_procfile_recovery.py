@@ -24,6 +24,7 @@ from tests.integration.builders import add_client, add_clients_in_bulk, scalar
 from tests.integration.conftest import SesOutbox, wait_until
 from tests.support.faulty_ses import FaultySes
 from tests.support.procfile_stack import ProcfileStack, connected_to, stopped
+from tests.support.rabbitmq import lose_every_message
 from tests.system.outcomes import (
     RECOVERY_LIMIT,
     assert_each_accepted_once,
@@ -33,6 +34,7 @@ from tests.system.outcomes import (
     uncertain,
 )
 from tocsin.config import load_settings
+from tocsin.queues import PRODUCT_QUEUES
 
 PROCESSES, THREADS = 2, 4  # the Procfile's defaults, stated so the tests can count threads
 IN_FLIGHT = PROCESSES * THREADS  # sends waiting on held answers when every thread is busy
@@ -87,6 +89,8 @@ def test_redis_flushall_in_the_middle_of_sending_loses_and_doubles_nothing(
         _every_thread_waiting(provider)
         assert statuses(tenant)["pending"] > 100  # their messages are in Redis, and only there
         redis.Redis.from_url(load_settings().redis_url).flushall()
+        if stack.env.get("BROKER_URL"):  # RabbitMQ carries the messages: it loses them too
+            lose_every_message(stack.env["BROKER_URL"], PRODUCT_QUEUES, stack.namespace)
         provider.policy = lambda n: "pass"
         provider.release()
         # Nothing is re-sent by hand: the running sweep notices the flush.

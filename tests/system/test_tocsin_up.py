@@ -25,6 +25,7 @@ from tests.integration.builders import add_clients_in_bulk
 from tests.integration.conftest import SesOutbox, wait_until
 from tests.support.faulty_ses import FaultySes
 from tests.support.procfile_stack import ROOT, processes_with_environment
+from tests.support.rabbitmq import create_vhost, delete_vhost
 from tests.system.conftest import SYSTEM_SETTINGS
 from tests.system.outcomes import RECOVERY_LIMIT, assert_each_accepted_once, delivery_ids, statuses
 from tocsin.services import free_port
@@ -82,6 +83,9 @@ def tocsin_up(tmp_path: Path) -> Iterator[UpRuns]:
     """Whatever the runs started is killed afterwards, even Dramatiq in its own session."""
     env = {**os.environ, **SYSTEM_SETTINGS, "TOCSIN_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1",
            "DRAMATIQ_NAMESPACE": f"tocsin-up-{uuid.uuid4().hex[:8]}"}
+    rabbitmq = env.get("BROKER_URL")
+    if rabbitmq:  # RabbitMQ has no namespace: a vhost of its own
+        env["BROKER_URL"] = create_vhost(rabbitmq, env["DRAMATIQ_NAMESPACE"])
     runs = UpRuns(tmp_path, env, [])
     try:
         yield runs
@@ -93,6 +97,8 @@ def tocsin_up(tmp_path: Path) -> Iterator[UpRuns]:
                 run.process.kill()
             run.process.wait(timeout=STOP_LIMIT)
             run.log.close()
+        if rabbitmq:
+            delete_vhost(rabbitmq, env["DRAMATIQ_NAMESPACE"])
 
 
 def test_ctrl_c_of_tocsin_up_in_the_middle_of_sending_then_up_again_loses_and_doubles_nothing(

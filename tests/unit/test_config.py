@@ -55,3 +55,23 @@ def test_the_test_certificate_origin_is_refused_unless_it_is_loopback() -> None:
     assert local.sns_test_cert_origin == "http://127.0.0.1:9000"
     with pytest.raises(ConfigError, match="SNS_TEST_CERT_ORIGIN must be a loopback origin"):
         load_settings({**BASE, "SNS_TEST_CERT_ORIGIN": "https://certs.example.com"})
+
+
+def test_the_broker_is_redis_unless_broker_url_names_rabbitmq() -> None:
+    assert load_settings(BASE).broker_url is None
+    assert load_settings({**BASE, "BROKER_URL": ""}).broker_url is None
+    url = "amqps://tocsin:pw@rabbit.internal:5671/tocsin"
+    assert load_settings({**BASE, "BROKER_URL": url}).broker_url == url
+
+
+@pytest.mark.parametrize("url", ["redis://h:6379/0", "http://rabbit/", "amqp://", "rabbit:5672",
+                                 "amqp://u:secret-pw@h:56x2/"])
+def test_a_broker_url_that_is_not_rabbitmqs_is_refused_without_showing_its_password(url: str) -> None:
+    with pytest.raises(ConfigError, match="BROKER_URL") as refused:
+        load_settings({**BASE, "BROKER_URL": url})
+    assert "secret-pw" not in str(refused.value)
+
+
+def test_the_repr_shows_the_broker_url_without_its_password() -> None:
+    shown = repr(load_settings({**BASE, "BROKER_URL": "amqp://tocsin:rabbit-s3cr3t@mq:5672/prod"}))
+    assert "rabbit-s3cr3t" not in shown and "broker_url='amqp://tocsin:***@mq:5672/prod'" in shown

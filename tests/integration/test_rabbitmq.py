@@ -1,0 +1,170 @@
+"""The RabbitMQ path, end to end, on every run: BROKER_URL selects Dramatiq's RabbitMQ
+broker with publisher confirms, a real worker delivers a scan's emails over it, and a
+RabbitMQ that lost its queues loses no email (the sweeper's marker lives in RabbitMQ).
+
+When the whole run is on RabbitMQ (`make test-rabbitmq`) these use its vhost; otherwise
+each test gets a vhost of its own on this machine's RabbitMQ (127.0.0.1:5672), and is
+skipped only when nothing answers there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pika
+import pytest
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.common import dq_name, xq_name
+
+from actors.broker import current_broker
+from actors.scan import scan_tenant, tick
+from actors.sweep import sweep
+from actors.sweeper_marker import MARKER_NAME
+from db.tenancy import Tenant
+from tests.integration.builders import add_admin, add_client, delivery_statuses, ledger
+from tests.integration.conftest import WAIT_LIMIT, RunningWorker, SesOutbox, wait_until
+from tests.support.rabbitmq import LOCAL_RABBITMQ, create_vhost, delete_vhost, unreachable_reason
+from tocsin import runtime
+from tocsin.queues import QueueInspector
+
+TOCSIN = str(Path(sys.executable).parent / "tocsin")
+AS_OF = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
+TODAY = AS_OF.date()
+
+
+@pytest.fixture
+def rabbitmq() -> Iterator[str]:
+    """This process on the RabbitMQ broker (a vhost of its own unless the run has one)."""
+    if runtime.settings().broker_url is not None:
+        yield runtime.settings().broker_url
+        return
+    reason = unreachable_reason(LOCAL_RABBITMQ)
+    if reason is not None:
+        pytest.skip(reason)
+    vhost = f"tocsin-test-{uuid.uuid4().hex[:8]}"
+    url = create_vhost(LOCAL_RABBITMQ, vhost)
+    before = runtime.settings()
+    runtime.start_messaging(runtime.start(replace(before, broker_url=url)))
+    os.environ["BROKER_URL"] = url  # for anything that reads the environment again
+    try:
+        yield url
+    finally:
+        try:
+            del os.environ["BROKER_URL"]
+            runtime.start_messaging(runtime.start(before))  # closes the RabbitMQ broker's connections
+        finally:
+            delete_vhost(LOCAL_RABBITMQ, vhost)
+
+
+def _delete_every_queue(url: str) -> None:
+    """What a reset RabbitMQ node (or a deleted and recreated vhost) leaves: no queue at all."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = connection.channel()
+        for queue in sorted(current_broker().get_declared_queues()):
+            for name in (queue, dq_name(queue), xq_name(queue)):
+                channel.queue_delete(name)
+        channel.queue_delete(f"{runtime.settings().dramatiq_namespace}.{MARKER_NAME}")
+    finally:
+        connection.close()
+
+
+def test_a_scans_emails_are_delivered_by_a_real_worker_over_rabbitmq_with_confirms_on(
+    rabbitmq: str, tenant: Tenant, ses: SesOutbox
+) -> None:
+    broker = current_broker()
+    assert isinstance(broker, RabbitmqBroker) and broker.confirm_delivery
+    add_admin(tenant)
+    client, _ = add_client(tenant, TODAY + timedelta(days=7), users=2)
+    worker = RunningWorker()
+    try:
+        scan_tenant.send(tenant.slug, AS_OF.isoformat())  # the scan itself runs in the worker
+        worker.drain()
+    finally:
+        worker.stop()
+
+    assert sorted(e.to for e in ses.sent()) == sorted(
+        ["admin@example.com", f"user0.client{client.id}@example.com",
+         f"user1.client{client.id}@example.com"])
+    assert delivery_statuses(tenant) == {"accepted": 3}
+    [claim] = [r for r in ledger(tenant) if r["status"] == "claimed"]
+    assert claim["threshold"] == "d7" and claim["delivered_at"] is not None
+
+
+def test_a_rabbitmq_that_lost_its_queues_loses_no_email_the_sweep_resends_every_due_one(
+    rabbitmq: str, tenant: Tenant, ses: SesOutbox
+) -> None:
+    from actors.scan import run_scan
+
+    broker = current_broker()
+    add_admin(tenant)
+    for offset in (1, 7, 14):
+        add_client(tenant, TODAY + timedelta(days=offset), users=2)
+    sweep()  # no worker yet: leaves the marker; the tenants' sweeps it sent are dropped
+    broker.flush_all()
+    run_scan(tenant.slug, AS_OF)  # the emails wait in RabbitMQ's email queue
+    ready, _delayed, _dead = broker.get_queue_message_counts("email")
+    assert ready == delivery_statuses(tenant)["pending"] == 9
+
+    _delete_every_queue(rabbitmq)  # the emails are gone with the queues, and so is the marker
+    sweep()  # no marker: every due delivery is enqueued again, not only stale ones
+    # Workers started after the reset (a fresh process declares every queue it consumes).
+    worker = subprocess.Popen([TOCSIN, "worker", "--processes", "1", "--threads", "4"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: delivery_statuses(tenant) == {"accepted": 9}, "every email to be accepted")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=WAIT_LIMIT)
+    assert worker.returncode == 0, output.decode()
+
+    copies = Counter(e.message_id for e in ses.sent())
+    assert len(copies) == 9 and set(copies.values()) == {1}  # every email once, none twice
+
+
+def tocsin_status(**env: str) -> tuple[int, str]:
+    done = subprocess.run([TOCSIN, "status"], capture_output=True, text=True, timeout=WAIT_LIMIT,
+                          env={**os.environ, **env})
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_status_over_rabbitmq_counts_ready_and_delayed_messages_and_says_the_age_is_unknown(
+    rabbitmq: str,
+) -> None:
+    broker = current_broker()
+    broker.flush_all()
+    inspector = QueueInspector.for_settings(runtime.settings())
+    wait_until(lambda: all(q.consumers == 0 for q in inspector.states()),
+               "earlier workers' records to expire")
+    try:
+        tick.send()
+        tick.send()
+        tick.send_with_options(delay=3_600_000)  # milliseconds: waits in RabbitMQ's scan.DQ
+
+        scan = {q.name: q for q in inspector.states()}["scan"]
+        code, out = tocsin_status()
+    finally:
+        broker.flush_all()
+
+    assert (scan.ready, scan.delayed, scan.oldest_age_seconds, scan.consumers) == (2, 1, None, 0)
+    assert code == 3, out
+    assert "Queues (RabbitMQ amqp://guest:***@127.0.0.1:5672/" in out and "guest:guest" not in out
+    [scan_row] = [line for line in out.splitlines() if line.startswith("scan ")]
+    assert scan_row.split()[1:4] == ["2", "1", "unknown"] and scan_row.endswith("NO CONSUMER"), scan_row
+    assert "queue 'scan' has no live consumer (2 ready, 1 delayed)" in out
+
+
+def test_status_exits_1_when_rabbitmq_does_not_answer() -> None:
+    code, out = tocsin_status(BROKER_URL="amqp://guest:guest@127.0.0.1:1/%2F")  # nothing listens there
+
+    assert code == 1, out
+    assert out.startswith("tocsin: error: RabbitMQ did not answer"), out
