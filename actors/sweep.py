@@ -93,7 +93,11 @@ def sweep() -> None:
     if lost:
         log.warning("the broker holds no sweeper marker (flushed, reset or restarted empty): "
                     "re-enqueueing all due work")
-    for slug in fan_out_order(RunKind.SWEEP):
+    tenants = fan_out_order(RunKind.SWEEP)
+    for slug in tenants:
         sweep_tenant.send(slug, lost)
     if lost:
         marker.leave()
+    # One line per sweep, so an operator reading the worker's log sees it run every interval
+    # (a tenant's sweep logs only when it changed something).
+    log.info("sweep sent to %d tenant(s)%s", len(tenants), " (all due work re-enqueued)" if lost else "")
