@@ -47,6 +47,8 @@ from typing import Any
 
 import psycopg
 
+from bench.services import bench_services
+
 SLUG = "bench-portal"
 PASSWORD = "bench portal password"
 GOAL_BADGE_SHARE = 0.30  # badge requests/s as a share of the static ceiling
@@ -386,25 +388,10 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    stop: Callable[[], None] | None = None
     # The portal refuses the published default secret; a benchmark signs nothing that lasts.
     os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
-    if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
-        from tocsin.services import start_embedded
-
-        wanted = dict(os.environ)
-        wanted.setdefault("SES_ENDPOINT_URL", "http://127.0.0.1:9")  # no mail is sent
-        services = start_embedded(Path(".tocsin/bench").resolve(), wanted)
-        os.environ.update(services.env)
-        stop = services.stop
-    try:
+    with bench_services(say, quiet=True):
         run(args)
-    finally:
-        from db.pool import close_pool
-
-        close_pool()
-        if stop is not None:
-            stop()
     return 0
 
 

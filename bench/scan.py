@@ -36,17 +36,16 @@ import platform
 import random
 import sys
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg import sql
 
+from bench.services import bench_services
 from domain.identity import Plan, parse_instant, schema_for
 from domain.licence import CADENCE, RULE, SUBJECT_KIND, Outcome, milestone_outcomes
 
@@ -597,31 +596,8 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    stop: Callable[[], None] | None = None
-    embedded = not os.environ.get("DATABASE_URL")
-    if embedded or not os.environ.get("REDIS_URL"):
-        from tocsin.services import start_embedded
-
-        # No mail is sent, so do not start the local SES endpoint: tell start_embedded one
-        # exists (only in the copy it reads; nothing is exported).
-        wanted = dict(os.environ)
-        wanted.setdefault("SES_ENDPOINT_URL", "http://127.0.0.1:9")
-        # Absolute: Redis resolves its --logfile after changing into its --dir.
-        services = start_embedded(Path(".tocsin/bench").resolve(), wanted)
-        os.environ.update(services.env)
-        for line in services.started:
-            say(f"started {line}")
-        stop = services.stop
-    # Set before actors (and so the broker) are imported: nothing leaks into other queues.
-    os.environ["DRAMATIQ_NAMESPACE"] = f"tocsin-bench-{uuid.uuid4().hex[:8]}"
-    try:
+    with bench_services(say) as embedded:
         run(args, embedded)
-    finally:
-        from db.pool import close_pool
-
-        close_pool()
-        if stop is not None:
-            stop()
     return 0
 
 

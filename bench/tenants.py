@@ -34,8 +34,7 @@ import random
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,6 +54,7 @@ from bench.scan import (
     say,
     try_checkpoint,
 )
+from bench.services import bench_services
 from domain.identity import parse_instant
 from tests.support.many_tenants import add_unmigrated_tenants, remove_tenants_like
 
@@ -382,27 +382,8 @@ def report(facts: list[tuple[str, str]], args: argparse.Namespace,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    stop: Callable[[], None] | None = None
-    embedded = not os.environ.get("DATABASE_URL")
-    if embedded or not os.environ.get("REDIS_URL"):
-        from tocsin.services import start_embedded
-
-        wanted = dict(os.environ)
-        wanted.setdefault("SES_ENDPOINT_URL", "http://127.0.0.1:9")  # no mail is sent
-        services = start_embedded(Path(".tocsin/bench").resolve(), wanted)
-        os.environ.update(services.env)
-        for line in services.started:
-            say(f"started {line}")
-        stop = services.stop
-    os.environ["DRAMATIQ_NAMESPACE"] = f"tocsin-bench-{uuid.uuid4().hex[:8]}"
-    try:
+    with bench_services(say) as embedded:
         run(args, embedded)
-    finally:
-        from db.pool import close_pool
-
-        close_pool()
-        if stop is not None:
-            stop()
     return 0
 
 

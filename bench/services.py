@@ -1,0 +1,44 @@
+"""The services a benchmark runs against: the ones the environment names, else embedded
+ones under .tocsin/bench (started here, stopped when the benchmark ends)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+BENCH_HOME = Path(".tocsin/bench")
+
+
+@contextmanager
+def bench_services(say: Callable[[str], None], *, quiet: bool = False) -> Iterator[bool]:
+    """Start what DATABASE_URL / REDIS_URL do not name, give this run its own Dramatiq
+    namespace (set before the broker is installed: nothing leaks into other queues), and
+    on the way out close the pool and stop what was started. Yields whether PostgreSQL is
+    the embedded one. No mail is sent, so no local SES endpoint is started: start_embedded
+    is told one exists (in the copy it reads; nothing is exported)."""
+    stop: Callable[[], None] | None = None
+    embedded = not os.environ.get("DATABASE_URL")
+    if embedded or not os.environ.get("REDIS_URL"):
+        from tocsin.services import start_embedded
+
+        wanted = dict(os.environ)
+        wanted.setdefault("SES_ENDPOINT_URL", "http://127.0.0.1:9")
+        # Absolute: Redis resolves its --logfile after changing into its --dir.
+        services = start_embedded(BENCH_HOME.resolve(), wanted)
+        os.environ.update(services.env)
+        if not quiet:
+            for line in services.started:
+                say(f"started {line}")
+        stop = services.stop
+    os.environ["DRAMATIQ_NAMESPACE"] = f"tocsin-bench-{uuid.uuid4().hex[:8]}"
+    try:
+        yield embedded
+    finally:
+        from db.pool import close_pool
+
+        close_pool()
+        if stop is not None:
+            stop()
