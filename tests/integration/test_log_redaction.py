@@ -5,13 +5,8 @@ links are visited, and the tokens are absent from everything it wrote."""
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,33 +17,11 @@ from db.tenancy import tenant_tx
 from domain.identity import Role
 from domain.unsubscribe import unsubscribe_token
 from portal.redaction import REDACTED, install_log_redaction, redact
-from tests.integration.conftest import WAIT_LIMIT, wait_until
+from tests.integration.conftest import WAIT_LIMIT
 from tests.integration.portal_support import People
-from tests.support.portal_server import ROOT, _free_port, _healthy, serve_portal
+from tests.support.portal_server import serve_portal
 from tocsin.config import load_settings
 from tocsin.signing_keys import signing_keys
-
-
-@contextmanager
-def tocsin_web(log_path: Path) -> Iterator[str]:
-    """`tocsin web` (tocsin.processes.run_web) on a free port; its URL."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, PORT=str(port), PORTAL_URL=url)
-    with log_path.open("wb") as log:
-        server = subprocess.Popen([sys.executable, "-m", "tocsin.cli", "web"], cwd=ROOT, env=env,
-                                  stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: server.poll() is not None or _healthy(url), "tocsin web to start")
-            assert server.poll() is None, f"tocsin web exited at start-up; see {log_path}"
-            yield url
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=WAIT_LIMIT)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
 
 
 def _status(url: str, data: bytes | None = None) -> int:
@@ -75,7 +48,7 @@ def test_invitation_and_unsubscribe_tokens_are_redacted_from_the_portals_log(
 ) -> None:
     invitation, unsubscribe = _tokens(people)
     log_path = tmp_path / "web.log"
-    serve = tocsin_web(log_path) if launcher == "tocsin web" else serve_portal(log_path)
+    serve = serve_portal(log_path, as_procfile=launcher == "tocsin web")
     with serve as url:
         assert _status(f"{url}/invitations/{invitation}") == 200  # the link works ...
         assert _status(f"{url}/invitations/{invitation}/join", data=b"password=x") == 403  # no CSRF

@@ -35,20 +35,20 @@ def _healthy(url: str) -> bool:
 
 
 @contextmanager
-def serve_portal(log_path: Path, **settings: str) -> Iterator[str]:
+def serve_portal(log_path: Path, *, as_procfile: bool = False, **settings: str) -> Iterator[str]:
     """Start the portal with these extra settings (e.g. INBOX_POLL_SECONDS="5"); the URL it
-    listens on (PORTAL_URL may name another, as behind a TLS-terminating proxy)."""
+    listens on (PORTAL_URL may name another, as behind a TLS-terminating proxy). Served by
+    uvicorn's factory, or with ``as_procfile`` by `tocsin web`, the Procfile's command."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PORT": str(port), "PORTAL_URL": url, **settings}
+    command = [sys.executable, "-m", "tocsin.cli", "web"] if as_procfile else [
+        sys.executable, "-m", "uvicorn", "portal.app:create_app", "--factory",
+        "--host", "127.0.0.1", "--port", str(port), "--no-proxy-headers",  # as `tocsin web`
+        "--timeout-graceful-shutdown", str(WEB_GRACEFUL_SHUTDOWN)]
     log_path.parent.mkdir(exist_ok=True)
     with log_path.open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "portal.app:create_app", "--factory",
-             "--host", "127.0.0.1", "--port", str(port), "--no-proxy-headers",  # as `tocsin web`
-             "--timeout-graceful-shutdown", str(WEB_GRACEFUL_SHUTDOWN)],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_until(lambda: server.poll() is not None or _healthy(url), "the portal to start")
             if server.poll() is not None:
