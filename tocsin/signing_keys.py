@@ -19,6 +19,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 
 from cryptography.hazmat.primitives import hashes
@@ -92,6 +93,7 @@ class SigningKeys:
         return "SigningKeys(***)"
 
 
+@lru_cache(maxsize=4)  # derived once per settings object: every email asks for its key
 def signing_keys(settings: Settings) -> SigningKeys:
     """Every purpose's keys, or ConfigError if the secret may not be used here."""
     require_strong_secret(settings)
