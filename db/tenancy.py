@@ -45,10 +45,16 @@ class TenantTx:
     new_in_inbox: set[int] = field(default_factory=set, compare=False, hash=False)
     # email deliveries to hand to the workers (already marked enqueued in this transaction).
     emails_to_send: list[int] = field(default_factory=list, compare=False, hash=False)
+    # events written to the outbox, for the relay's wake-up (the polling fallback finds
+    # them anyway);
+    events_recorded: list[int] = field(default_factory=list, compare=False, hash=False)
+    # rule claims to prepare: (product, ledger id), for the per-product preparation queues.
+    claims_to_prepare: list[tuple[str, int]] = field(default_factory=list, compare=False, hash=False)
 
     @property
     def has_after_commit_work(self) -> bool:
-        return bool(self.new_in_inbox or self.emails_to_send)
+        return bool(self.new_in_inbox or self.emails_to_send or self.events_recorded
+                    or self.claims_to_prepare)
 
 
 CommitListener = Callable[[TenantTx], None]

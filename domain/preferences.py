@@ -13,10 +13,11 @@ from enum import StrEnum
 
 from domain.errors import InvalidInput
 
-# The notifications.category CHECK list of tenant migration 0001, in display order.
+# The notifications.category CHECK list (tenant migrations 0001 and 0006), in display order.
 CATEGORIES = (
     "document_review", "questionnaire_assigned", "response_revision", "policy_approved",
     "report_ready", "license_expiring", "member_invite", "vendor_questionnaire",
+    "case_alert", "case_update", "obligation_due",
 )
 
 

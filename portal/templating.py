@@ -29,6 +29,9 @@ CATEGORY_LABELS = {
     "license_expiring": "Licence",
     "member_invite": "Invitation",
     "vendor_questionnaire": "Vendor questionnaire",
+    "case_alert": "Case alert",
+    "case_update": "Case update",
+    "obligation_due": "Obligation due",
 }
 PLAN_LABELS = {"standard": "Standard", "enterprise": "Enterprise"}
 STATUS_LABELS = {"active": "Active", "expired": "Access paused", "closed": "Closed"}

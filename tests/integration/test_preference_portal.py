@@ -15,7 +15,7 @@ from db.preferences import resolve_preference, save_category_default
 from db.tenancy import Tenant, tenant_tx
 from db.users import User, create_user
 from domain.identity import Role
-from domain.preferences import Frequency, Preference
+from domain.preferences import CATEGORIES, Frequency, Preference
 from domain.unsubscribe import unsubscribe_token
 from portal.app import create_app
 from tests.integration.conftest import new_tenant, remove_tenant
@@ -80,7 +80,7 @@ def test_the_preference_centre_shows_the_matrix_and_saves_a_row_with_an_inline_c
     csrf = _sign_in(portal, tenant, member)
     page = portal.get("/preferences").text
     assert 'href="/preferences" aria-current="page"' in page
-    assert page.count('class="pref-row') == 8
+    assert page.count('class="pref-row') == len(CATEGORIES)
     assert '<label for="license_expiring-email">' in page and 'list="zone-list"' in page
 
     response = portal.post(f"/preferences/categories/{LICENCE}", data={"in_app": "on", "frequency": "weekly"},
