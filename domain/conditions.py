@@ -1,0 +1,416 @@
+"""Rule conditions: a closed JSON form, validated on save and evaluated with a trace.
+
+A condition tree is a group ``{"all": [...]}`` or ``{"any": [...]}`` whose items are
+groups again (at most MAX_DEPTH deep) or leaves ``{"fact": ..., "op": ..., "value": ...}``.
+Nothing a tenant writes is evaluated as code: the operators are the closed set below.
+
+Facts are named as in the platform's vocabulary (see ``parse_fact``). Values seen are the
+JSON values stored for the subject; dates are ISO ``YYYY-MM-DD`` strings.
+
+A missing fact (the subject has no such field, answer or placement) is a defined result,
+never an exception:
+- every positive comparison is false: equals, less, greater, less_or_equal,
+  greater_or_equal, in, contains, before, after;
+- the negations are the exact negation of their positive operator: not_equals and not_in
+  are TRUE for a missing fact (a value that is absent is not equal to anything);
+- empty is true and not_empty is false (absent, null, "", [] and {} are all empty);
+- changed, changed_to and changed_from look at the event's changes, not at the subject:
+  a fact the event did not change is "missing" there and all three are false.
+A value of the wrong type (a string compared with ``less`` to a number, a date compared
+with something that is not a date) is false with the reason in the trace: a negation of
+such a mismatch (not_equals of "5" and 5) is true, as equality of different types is false.
+An empty ``all`` group holds and an empty ``any`` group does not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+MAX_DEPTH = 5  # nested groups, the outermost counting as 1
+MAX_LEAVES = 50  # leaves in one tree
+MAX_LIST_VALUES = 200  # items in the value list of in / not_in
+MAX_TEXT_VALUE = 1000  # characters of one string value
+
+NAME = r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,63}"
+LEVEL = r"[a-z][a-z0-9_]{0,31}"
+SUBJECT_FACTS = ("status", "title", "kind", "external_id", "assignees")
+_FACT = re.compile(
+    rf"field\.(?P<field>{NAME})"
+    rf"|form\.(?P<form>{NAME})\.(?P<answer>{NAME})"
+    rf"|hierarchy\.(?P<level>{LEVEL})"
+    rf"|subject\.(?P<subject>{'|'.join(SUBJECT_FACTS)})"
+    rf"|event\.(?P<event>{NAME})"
+)
+
+COMPARE_OPS = ("less", "greater", "less_or_equal", "greater_or_equal")
+EQUALITY_OPS = ("equals", "not_equals")
+LIST_OPS = ("in", "not_in")
+DATE_OPS = ("before", "after")
+CHANGE_OPS = ("changed", "changed_to", "changed_from")
+OPERATORS = (*EQUALITY_OPS, *COMPARE_OPS, *LIST_OPS, "contains", "empty", "not_empty",
+             *CHANGE_OPS, *DATE_OPS)
+_NO_VALUE_OPS = ("empty", "not_empty", "changed")
+
+
+# --- facts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A parsed fact name: its family and the key within the family."""
+
+    name: str
+    family: str  # field | form | hierarchy | subject | event
+    key: tuple[str, ...]
+
+
+def parse_fact(name: object) -> Fact | None:
+    """The fact a name denotes, or None when it is not in the vocabulary."""
+    if not isinstance(name, str):
+        return None
+    m = _FACT.fullmatch(name)
+    if m is None:
+        return None
+    if m["field"]:
+        return Fact(name, "field", (m["field"],))
+    if m["form"]:
+        return Fact(name, "form", (m["form"], m["answer"]))
+    if m["level"]:
+        return Fact(name, "hierarchy", (m["level"],))
+    if m["subject"]:
+        return Fact(name, "subject", (m["subject"],))
+    return Fact(name, "event", (m["event"],))
+
+
+@dataclass(frozen=True)
+class WantedFacts:
+    """The stored facts to load, by family (subject.* and event.* are always at hand)."""
+
+    fields: frozenset[str] = frozenset()
+    forms: frozenset[tuple[str, str]] = frozenset()
+    levels: frozenset[str] = frozenset()
+
+    @staticmethod
+    def of(fact_names: set[str] | frozenset[str]) -> WantedFacts:
+        fields, forms, levels = set(), set(), set()
+        for name in fact_names:
+            fact = parse_fact(name)
+            if fact is None:
+                continue
+            if fact.family == "field":
+                fields.add(fact.key[0])
+            elif fact.family == "form":
+                forms.add((fact.key[0], fact.key[1]))
+            elif fact.family == "hierarchy":
+                levels.add(fact.key[0])
+        return WantedFacts(frozenset(fields), frozenset(forms), frozenset(levels))
+
+    def names(self) -> frozenset[str]:
+        return frozenset({f"field.{n}" for n in self.fields}
+                         | {f"form.{f}.{a}" for f, a in self.forms}
+                         | {f"hierarchy.{lv}" for lv in self.levels})
+
+    def families(self) -> tuple[str, ...]:
+        return tuple(name for name, keys in (("field", self.fields), ("form", self.forms),
+                                             ("hierarchy", self.levels)) if keys)
+
+    def __bool__(self) -> bool:
+        return bool(self.fields or self.forms or self.levels)
+
+    def minus(self, other: WantedFacts) -> WantedFacts:
+        return WantedFacts(self.fields - other.fields, self.forms - other.forms,
+                           self.levels - other.levels)
+
+    def union(self, other: WantedFacts) -> WantedFacts:
+        return WantedFacts(self.fields | other.fields, self.forms | other.forms,
+                           self.levels | other.levels)
+
+
+# --- validation ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PathError:
+    """One thing wrong with a definition, at a JSON path such as ``conditions.all[1].op``."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def is_scalar(v: object) -> bool:
+    return v is None or isinstance(v, str | bool | int | float)
+
+
+def _iso_date(v: object) -> date | None:
+    if not isinstance(v, str) or len(v) != 10:
+        return None
+    try:
+        return date.fromisoformat(v)
+    except ValueError:
+        return None
+
+
+def _value_problem(op: str, has_value: bool, value: object) -> str | None:
+    """What is wrong with a leaf's value for its operator, or None."""
+    if op in _NO_VALUE_OPS:
+        return None if not has_value or value is None else f"{op} takes no value"
+    if not has_value:
+        return f"{op} needs a value"
+    if isinstance(value, str) and len(value) > MAX_TEXT_VALUE:
+        return f"a value is at most {MAX_TEXT_VALUE} characters"
+    if op in EQUALITY_OPS or op in ("changed_to", "changed_from", "contains"):
+        if op == "contains" and value is None:
+            return "contains needs a string, number or boolean"
+        if is_scalar(value):
+            return None
+        return f"{op} needs a string, number, boolean or null, not {_kind(value)}"
+    if op in COMPARE_OPS:
+        return None if _is_number(value) else f"{op} needs a number, not {_kind(value)}"
+    if op in LIST_OPS:
+        if not isinstance(value, list) or not value:
+            return f"{op} needs a non-empty list of values"
+        if len(value) > MAX_LIST_VALUES:
+            return f"{op} takes at most {MAX_LIST_VALUES} values"
+        if not all(is_scalar(v) for v in value):
+            return f"{op} needs a list of strings, numbers, booleans or nulls"
+        return None
+    if op in DATE_OPS:
+        return None if _iso_date(value) else f"{op} needs a date YYYY-MM-DD, not {value!r}"
+    raise AssertionError(op)  # pragma: no cover - OPERATORS is closed
+
+
+def _kind(v: object) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if _is_number(v):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+def validate(tree: object, path: str = "conditions") -> list[PathError]:
+    """Every error in a condition tree, each with its JSON path (empty: the tree is valid)."""
+    errors: list[PathError] = []
+    leaves = [0]
+
+    def group(node: object, at: str, depth: int) -> None:
+        if not isinstance(node, dict) or len(node) != 1 or next(iter(node)) not in ("all", "any"):
+            errors.append(PathError(at, 'a group is an object with one key, "all" or "any"'))
+            return
+        key, items = next(iter(node.items()))
+        if depth > MAX_DEPTH:
+            errors.append(PathError(at, f"groups nest at most {MAX_DEPTH} deep"))
+            return
+        if not isinstance(items, list):
+            errors.append(PathError(f"{at}.{key}", "a group holds a list of conditions"))
+            return
+        for i, item in enumerate(items):
+            where = f"{at}.{key}[{i}]"
+            if isinstance(item, dict) and ("all" in item or "any" in item):
+                group(item, where, depth + 1)
+            else:
+                leaf(item, where)
+
+    def leaf(node: object, at: str) -> None:
+        leaves[0] += 1
+        if leaves[0] == MAX_LEAVES + 1:
+            errors.append(PathError(at, f"a tree holds at most {MAX_LEAVES} conditions"))
+        if not isinstance(node, dict):
+            errors.append(PathError(at, 'a condition is an object {"fact", "op", "value"}'))
+            return
+        for extra in sorted(set(node) - {"fact", "op", "value"}):
+            errors.append(PathError(f"{at}.{extra}", "unknown key (a condition has fact, op, value)"))
+        if "fact" not in node:
+            errors.append(PathError(f"{at}.fact", "missing"))
+        elif parse_fact(node["fact"]) is None:
+            errors.append(PathError(f"{at}.fact", f"unknown fact {node['fact']!r}: use field.<name>, "
+                                    "form.<form>.<field>, hierarchy.<level>, subject.<"
+                                    f"{'|'.join(SUBJECT_FACTS)}> or event.<key>"))
+        op = node.get("op")
+        if "op" not in node:
+            errors.append(PathError(f"{at}.op", "missing"))
+        elif op not in OPERATORS:
+            errors.append(PathError(f"{at}.op", f"unknown operator {op!r}: use one of "
+                                    f"{', '.join(OPERATORS)}"))
+        else:
+            assert isinstance(op, str)
+            problem = _value_problem(op, "value" in node, node.get("value"))
+            if problem:
+                errors.append(PathError(f"{at}.value", problem))
+
+    group(tree, path, 1)
+    return errors
+
+
+def referenced_facts(tree: object) -> frozenset[str]:
+    """Every fact name a (valid) tree mentions, whatever its operator."""
+    return frozenset(leaf["fact"] for leaf in _leaves(tree))
+
+
+def facts_to_load(tree: object) -> WantedFacts:
+    """The stored facts a tree needs: its facts of the three stored families, except those
+    only looked at through the event's changes (changed, changed_to, changed_from)."""
+    return WantedFacts.of({leaf["fact"] for leaf in _leaves(tree) if leaf["op"] not in CHANGE_OPS})
+
+
+def _leaves(tree: object) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict) and len(node) == 1 and next(iter(node)) in ("all", "any"):
+            for item in next(iter(node.values())) or []:
+                walk(item)
+        elif isinstance(node, dict) and isinstance(node.get("fact"), str):
+            out.append(node)
+
+    walk(tree)
+    return out
+
+
+# --- evaluation ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeafTrace:
+    """One condition as evaluated: what it expected, what it saw, and the outcome."""
+
+    path: str
+    fact: str
+    op: str
+    expected: object
+    seen: object  # the value seen; None with missing=True when the fact was absent
+    missing: bool
+    result: bool
+    reason: str = ""  # why it is false despite a value (type mismatch), or ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "fact": self.fact, "op": self.op,
+                               "expected": self.expected, "result": self.result}
+        if self.missing:
+            out["missing"] = True
+        else:
+            out["seen"] = self.seen
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a tree is evaluated against: the subject's facts by name (absent: missing) and
+    the event's changes {"<fact>": {"from": x, "to": y}}."""
+
+    values: Mapping[str, object]
+    changes: Mapping[str, object] = field(default_factory=dict)
+
+
+_MISSING = object()
+
+
+def evaluate(tree: Mapping[str, Any], facts: Facts, path: str = "conditions"
+             ) -> tuple[bool, list[LeafTrace]]:
+    """Whether a valid tree holds for the facts, and the trace of every leaf (all leaves
+    are evaluated, so the trace shows everything an admin may ask about)."""
+    trace: list[LeafTrace] = []
+
+    def group(node: Mapping[str, Any], at: str) -> bool:
+        key, items = next(iter(node.items()))
+        results = []
+        for i, item in enumerate(items):
+            where = f"{at}.{key}[{i}]"
+            if "all" in item or "any" in item:
+                results.append(group(item, where))
+            else:
+                results.append(leaf(item, where))
+        return all(results) if key == "all" else any(results)
+
+    def leaf(node: Mapping[str, Any], at: str) -> bool:
+        fact, op, expected = node["fact"], node["op"], node.get("value")
+        source = facts.changes if op in CHANGE_OPS else facts.values
+        seen = source.get(fact, _MISSING)
+        missing = seen is _MISSING
+        result, reason = _apply(op, None if missing else seen, missing, expected)
+        trace.append(LeafTrace(at, fact, op, expected, None if missing else seen, missing,
+                               result, reason))
+        return result
+
+    return group(tree, path), trace
+
+
+def _same(a: object, b: object) -> bool:
+    """JSON equality: a boolean is not a number, 1 equals 1.0, lists compare item by item."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if _is_number(a) and _is_number(b):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def _is_empty(v: object) -> bool:
+    return v is None or (isinstance(v, str | list | dict) and len(v) == 0)
+
+
+def _apply(op: str, seen: object, missing: bool, expected: object) -> tuple[bool, str]:
+    if op == "empty":
+        return missing or _is_empty(seen), ""
+    if op == "not_empty":
+        return not (missing or _is_empty(seen)), ""
+    if op in ("not_equals", "not_in"):
+        positive, reason = _apply(op.removeprefix("not_"), seen, missing, expected)
+        return not positive, reason
+    if missing:
+        return False, ""
+    if op == "equals":
+        return _same(seen, expected), ""
+    if op == "in":
+        assert isinstance(expected, list)
+        return any(_same(seen, v) for v in expected), ""
+    if op in COMPARE_OPS:
+        if not _is_number(seen):
+            return False, f"type mismatch: {op} compares numbers, the fact holds {_kind(seen)}"
+        a, b = float(seen), float(expected)  # type: ignore[arg-type]
+        return {"less": a < b, "greater": a > b, "less_or_equal": a <= b,
+                "greater_or_equal": a >= b}[op], ""
+    if op in DATE_OPS:
+        day, bound = _iso_date(seen), _iso_date(expected)
+        if day is None or bound is None:
+            return False, f"type mismatch: {op} compares dates YYYY-MM-DD, the fact holds {seen!r}"
+        return (day < bound if op == "before" else day > bound), ""
+    if op == "contains":
+        if isinstance(seen, list):
+            return any(_same(item, expected) for item in seen), ""
+        if isinstance(seen, str):
+            if not isinstance(expected, str):
+                return False, "type mismatch: text contains only text"
+            return expected in seen, ""
+        return False, f"type mismatch: contains looks into a list or text, the fact holds {_kind(seen)}"
+    if op in CHANGE_OPS:
+        if not isinstance(seen, dict):
+            return False, "the change is not a {from, to} record"
+        before, after = seen.get("from"), seen.get("to")
+        if _same(before, after):
+            return False, "the value did not change"
+        if op == "changed":
+            return True, ""
+        return _same(after if op == "changed_to" else before, expected), ""
+    raise AssertionError(op)  # pragma: no cover - validated on save

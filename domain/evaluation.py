@@ -1,0 +1,134 @@
+"""Phases 2-4 of evaluating one event against the rules phase 1 (SQL) returned.
+
+Phase 2 (in memory, free): drop rules whose trigger filter does not match the event (the
+subject kind, the event metadata such as the form submitted). Phase 3: load, in ONE call
+of the loader for all survivors, the stored facts their trigger conditions reference, and
+evaluate those conditions. Phase 4: load (in one more call) whatever further facts the
+filter criteria of the rules still standing reference, and evaluate them. A phase that
+needs no stored fact does not call the loader at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from domain.conditions import Facts, LeafTrace, WantedFacts, evaluate
+from domain.rules import RuleDefinition
+
+# Given the stored facts wanted (by family), their values by fact name; a fact the subject
+# does not have is absent from the answer.
+FactLoader = Callable[[WantedFacts], Mapping[str, object]]
+
+
+class Phase(IntEnum):
+    METADATA = 2
+    CONDITIONS = 3
+    FILTERS = 4
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A rule as phase 1 returned it."""
+
+    id: int
+    version: int
+    definition: RuleDefinition
+
+
+@dataclass(frozen=True)
+class EventFacts:
+    """What is known of an event without loading anything: its type, trigger, metadata and
+    changes, and the subject row's facts (subject.status, subject.assignees, ...)."""
+
+    event_type: str  # created | updated
+    trigger_type: str | None
+    subject_kind: str
+    metadata: Mapping[str, object] = field(default_factory=dict)
+    changes: Mapping[str, object] = field(default_factory=dict)
+    subject_facts: Mapping[str, object] = field(default_factory=dict)
+
+    def known(self) -> dict[str, object]:
+        facts = dict(self.subject_facts)
+        facts.update({f"event.{k}": v for k, v in self.metadata.items()})
+        return facts
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    rule_id: int
+    rule_version: int
+    fired: bool
+    phase: Phase  # where it stopped, or FILTERS when it fired
+    reason: str
+    conditions: tuple[LeafTrace, ...] = ()
+    filters: tuple[LeafTrace, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule_id": self.rule_id, "rule_version": self.rule_version, "fired": self.fired,
+                "phase": int(self.phase), "reason": self.reason,
+                "conditions": [t.to_json() for t in self.conditions],
+                "filters": [t.to_json() for t in self.filters]}
+
+
+def metadata_mismatch(rule: RuleDefinition, event: EventFacts) -> str | None:
+    """Why phase 2 drops a rule for this event, or None when its trigger filter matches."""
+    kind = rule.trigger.subject_kind
+    if kind is not None and kind != event.subject_kind:
+        return f"subject kind is {event.subject_kind!r}, the rule wants {kind!r}"
+    for key, wanted in rule.trigger.metadata.items():
+        if key not in event.metadata:
+            return f"the event has no metadata {key!r} (the rule wants {wanted!r})"
+        if event.metadata[key] != wanted or isinstance(event.metadata[key], bool) != isinstance(
+                wanted, bool):
+            return f"metadata {key} is {event.metadata[key]!r}, the rule wants {wanted!r}"
+    return None
+
+
+def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
+                   load: FactLoader) -> list[RuleOutcome]:
+    """Phases 2-4 for every candidate; one outcome per candidate, in their order."""
+    outcomes: dict[int, RuleOutcome] = {}
+    survivors: list[Candidate] = []
+    for c in candidates:
+        why = metadata_mismatch(c.definition, event)
+        if why is None:
+            survivors.append(c)
+        else:
+            outcomes[c.id] = RuleOutcome(c.id, c.version, False, Phase.METADATA, why)
+
+    facts = event.known()
+    asked = WantedFacts()
+
+    def load_for(wanted: WantedFacts) -> None:
+        nonlocal asked
+        missing = wanted.minus(asked)
+        if missing:
+            facts.update(load(missing))
+            asked = asked.union(missing)
+
+    wanted = WantedFacts()
+    for c in survivors:
+        wanted = wanted.union(c.definition.condition_facts())
+    load_for(wanted)
+    passed: list[tuple[Candidate, tuple[LeafTrace, ...]]] = []
+    for c in survivors:
+        held, trace = evaluate(c.definition.conditions, Facts(facts, event.changes), "conditions")
+        if held:
+            passed.append((c, tuple(trace)))
+        else:
+            outcomes[c.id] = RuleOutcome(c.id, c.version, False, Phase.CONDITIONS,
+                                         "trigger conditions do not hold", tuple(trace))
+
+    wanted = WantedFacts()
+    for c, _ in passed:
+        wanted = wanted.union(c.definition.filter_facts())
+    load_for(wanted)
+    for c, condition_trace in passed:
+        held, trace = evaluate(c.definition.filters, Facts(facts, event.changes), "filters")
+        outcomes[c.id] = RuleOutcome(
+            c.id, c.version, held, Phase.FILTERS,
+            "fired" if held else "filter criteria do not hold", condition_trace, tuple(trace))
+    return [outcomes[c.id] for c in candidates]

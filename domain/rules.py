@@ -1,0 +1,300 @@
+"""Event rule definitions (creation and update rules): parsed and validated as a whole on
+save, every error reported at once with its JSON path, and the summary of what an edit
+changed for the rule's version history."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from domain.conditions import (
+    PathError,
+    WantedFacts,
+    facts_to_load,
+    is_scalar,
+    validate,
+)
+from domain.errors import InvalidInput
+from domain.identity import EMAIL_MAX_LENGTH, EMAIL_PATTERN
+
+KINDS = ("created", "updated")  # time-trigger rules are a later issue
+CHANNELS = ("email", "in_app")
+CATEGORIES = ("case_alert", "case_update")
+RECIPIENT_TYPES = ("assignees", "role", "head", "user", "address")
+CODE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+ROLE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+MAX_NAME = 200  # characters
+MAX_RECIPIENTS = 20
+MAX_TEMPLATE = 20_000  # characters of one template
+_TOP_KEYS = ("name", "product", "kind", "trigger", "conditions", "filters", "actions", "enabled")
+EMPTY_TREE: dict[str, Any] = {"all": []}
+
+TemplateCheck = Callable[[str], list[str]]
+
+
+def check_with_sandbox(text: str) -> list[str]:
+    """The template sandbox's own check (domain.templates, written beside the preparation)."""
+    from domain import templates  # type: ignore[attr-defined,unused-ignore]
+
+    problems: list[str] = templates.check(text)
+    return problems
+
+
+class InvalidRule(InvalidInput):
+    """A rule definition (or an import of several) with every error found, each at its path."""
+
+    def __init__(self, errors: list[PathError]) -> None:
+        self.errors = errors
+        shown = "; ".join(str(e) for e in errors[:10])
+        more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+        super().__init__(f"invalid rule: {shown}{more}")
+
+
+@dataclass(frozen=True)
+class Trigger:
+    types: tuple[str, ...]
+    subject_kind: str | None
+    metadata: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class RuleDefinition:
+    name: str
+    product: str
+    kind: str
+    trigger: Trigger
+    conditions: Mapping[str, Any]  # phase 3
+    filters: Mapping[str, Any]  # phase 4
+    actions: Mapping[str, Any]
+    enabled: bool | None  # None: not stated (a new rule is enabled; an update keeps its state)
+
+    def to_json(self) -> dict[str, Any]:
+        """The canonical definition as stored (without enabled, which the rule row holds)."""
+        trigger: dict[str, Any] = {}
+        if self.trigger.types:
+            trigger["types"] = list(self.trigger.types)
+        if self.trigger.subject_kind:
+            trigger["subject_kind"] = self.trigger.subject_kind
+        if self.trigger.metadata:
+            trigger["metadata"] = dict(self.trigger.metadata)
+        return {"name": self.name, "product": self.product, "kind": self.kind, "trigger": trigger,
+                "conditions": self.conditions, "filters": self.filters, "actions": self.actions}
+
+    def condition_facts(self) -> WantedFacts:
+        return facts_to_load(self.conditions)
+
+    def filter_facts(self) -> WantedFacts:
+        return facts_to_load(self.filters)
+
+
+def parse_rule(data: object, template_check: TemplateCheck = check_with_sandbox,
+               path: str = "") -> RuleDefinition:
+    """A rule definition from its JSON, or InvalidRule with every error and its path."""
+    errors = rule_errors(data, template_check, path)
+    if errors:
+        raise InvalidRule(errors)
+    assert isinstance(data, dict)
+    return _build(data)
+
+
+def stored_rule(data: Mapping[str, Any]) -> RuleDefinition:
+    """A definition read back from the rules table: validated when it was saved."""
+    return _build(data)
+
+
+def _build(data: Mapping[str, Any]) -> RuleDefinition:
+    trigger = data.get("trigger") or {}
+    actions = dict(data["actions"])
+    actions.setdefault("critical", False)
+    return RuleDefinition(
+        name=data["name"].strip(), product=data["product"], kind=data["kind"],
+        trigger=Trigger(tuple(trigger.get("types") or ()), trigger.get("subject_kind"),
+                        dict(trigger.get("metadata") or {})),
+        conditions=data.get("conditions") or EMPTY_TREE, filters=data.get("filters") or EMPTY_TREE,
+        actions=actions, enabled=data.get("enabled"))
+
+
+def rule_errors(data: object, template_check: TemplateCheck = check_with_sandbox,
+                path: str = "") -> list[PathError]:
+    """Every error in a rule definition; ``path`` prefixes each (e.g. "[3]" in an import)."""
+    def at(key: str) -> str:
+        return f"{path}.{key}" if path else key
+
+    if not isinstance(data, dict):
+        return [PathError(path or "$", "a rule definition is a JSON object")]
+    errors: list[PathError] = []
+
+    def err(key: str, message: str) -> None:
+        errors.append(PathError(at(key), message))
+
+    for extra in sorted(set(data) - set(_TOP_KEYS)):
+        err(extra, f"unknown key (a rule has {', '.join(_TOP_KEYS)})")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        err("name", "a rule needs a name")
+    elif len(name.strip()) > MAX_NAME:
+        err("name", f"at most {MAX_NAME} characters")
+    if not isinstance(data.get("product"), str) or not CODE.fullmatch(data["product"]):
+        err("product", "a product code such as 'fraud' (lower case letters, digits, _)")
+    kind = data.get("kind")
+    if kind not in KINDS:
+        err("kind", f"{kind!r} is not a rule kind: use created or updated")
+    _trigger_errors(data.get("trigger"), kind, at("trigger"), errors)
+    if "conditions" in data:
+        errors.extend(validate(data["conditions"], at("conditions")))
+    if "filters" in data:
+        errors.extend(validate(data["filters"], at("filters")))
+    _action_errors(data.get("actions"), at("actions"), template_check, errors)
+    if "enabled" in data and not isinstance(data["enabled"], bool):
+        err("enabled", "true or false")
+    return errors
+
+
+def _trigger_errors(trigger: object, kind: object, at: str, errors: list[PathError]) -> None:
+    if trigger is None:
+        trigger = {}
+    if not isinstance(trigger, dict):
+        errors.append(PathError(at, "the trigger is an object {types, subject_kind, metadata}"))
+        return
+    for extra in sorted(set(trigger) - {"types", "subject_kind", "metadata"}):
+        errors.append(PathError(f"{at}.{extra}", "unknown key (a trigger has types, subject_kind, "
+                                "metadata)"))
+    types = trigger.get("types")
+    if kind == "updated":
+        if not isinstance(types, list) or not types:
+            errors.append(PathError(f"{at}.types", "an update rule names the trigger types it "
+                                    "answers, e.g. [\"assigned\"]"))
+        else:
+            for i, t in enumerate(types):
+                if not isinstance(t, str) or not CODE.fullmatch(t):
+                    errors.append(PathError(f"{at}.types[{i}]", f"{t!r} is not a trigger type"))
+            if len(set(map(str, types))) != len(types):
+                errors.append(PathError(f"{at}.types", "a trigger type is named twice"))
+    elif types:
+        errors.append(PathError(f"{at}.types", "only update rules have trigger types"))
+    sk = trigger.get("subject_kind")
+    if sk is not None and (not isinstance(sk, str) or not CODE.fullmatch(sk)):
+        errors.append(PathError(f"{at}.subject_kind", f"{sk!r} is not a subject kind"))
+    meta = trigger.get("metadata")
+    if meta is not None:
+        if not isinstance(meta, dict):
+            errors.append(PathError(f"{at}.metadata", "an object of event metadata to match"))
+        else:
+            for key, value in meta.items():
+                if not is_scalar(value):
+                    errors.append(PathError(f"{at}.metadata.{key}",
+                                            "a string, number, boolean or null to match"))
+
+
+def _action_errors(actions: object, at: str, template_check: TemplateCheck,
+                   errors: list[PathError]) -> None:
+    def err(key: str, message: str) -> None:
+        errors.append(PathError(f"{at}.{key}" if key else at, message))
+
+    if not isinstance(actions, dict):
+        err("", "a rule needs actions {channels, category, recipients, template}")
+        return
+    for extra in sorted(set(actions) - {"channels", "category", "critical", "recipients", "template"}):
+        err(extra, "unknown key (actions have channels, category, critical, recipients, template)")
+    channels = actions.get("channels")
+    if not isinstance(channels, list) or not channels:
+        err("channels", f"a non-empty list of {', '.join(CHANNELS)}")
+    else:
+        for i, c in enumerate(channels):
+            if c not in CHANNELS:
+                err(f"channels[{i}]", f"{c!r} is not a channel: use {', '.join(CHANNELS)}")
+        if len(set(map(str, channels))) != len(channels):
+            err("channels", "a channel is named twice")
+    if actions.get("category") not in CATEGORIES:
+        err("category", f"{actions.get('category')!r} is not a category: use {', '.join(CATEGORIES)}")
+    if "critical" in actions and not isinstance(actions["critical"], bool):
+        err("critical", "true or false")
+    recipients = actions.get("recipients")
+    if not isinstance(recipients, list) or not recipients:
+        err("recipients", "a non-empty list of recipients")
+    elif len(recipients) > MAX_RECIPIENTS:
+        err("recipients", f"at most {MAX_RECIPIENTS} recipients")
+    else:
+        for i, r in enumerate(recipients):
+            _recipient_errors(r, f"{at}.recipients[{i}]", errors)
+    template = actions.get("template")
+    if not isinstance(template, dict):
+        err("template", "an object {title, body} of Liquid templates")
+        return
+    for extra in sorted(set(template) - {"title", "body"}):
+        err(f"template.{extra}", "unknown key (a template has title and body)")
+    for part in ("title", "body"):
+        text = template.get(part)
+        if not isinstance(text, str) or not text.strip():
+            err(f"template.{part}", "a non-empty template")
+        elif len(text) > MAX_TEMPLATE:
+            err(f"template.{part}", f"at most {MAX_TEMPLATE} characters")
+        else:
+            for problem in template_check(text):
+                err(f"template.{part}", problem)
+
+
+def _recipient_errors(r: object, at: str, errors: list[PathError]) -> None:
+    needs = {"assignees": (), "role": ("role",), "head": ("level",), "user": ("email",),
+             "address": ("email",)}
+    if not isinstance(r, dict) or r.get("type") not in RECIPIENT_TYPES:
+        kind = r.get("type") if isinstance(r, dict) else r
+        errors.append(PathError(f"{at}.type", f"{kind!r} is not a recipient type: use "
+                                f"{', '.join(RECIPIENT_TYPES)}"))
+        return
+    wanted = needs[r["type"]]
+    for extra in sorted(set(r) - {"type", *wanted}):
+        errors.append(PathError(f"{at}.{extra}", f"unknown key for a {r['type']} recipient"))
+    for key in wanted:
+        value = r.get(key)
+        ok = isinstance(value, str) and (
+            ROLE.fullmatch(value) if key == "role" else CODE.fullmatch(value) if key == "level"
+            else len(value) <= EMAIL_MAX_LENGTH and EMAIL_PATTERN.fullmatch(value.strip()))
+        if not ok:
+            errors.append(PathError(f"{at}.{key}", f"a valid {key} for a {r['type']} recipient"))
+
+
+# --- what an edit changed ---------------------------------------------------------------
+
+
+def _flat_conditions(tree: object, at: str) -> dict[str, str]:
+    """Leaves by path, as canonical JSON text, for a path-wise comparison."""
+    out: dict[str, str] = {}
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict) and len(node) == 1 and next(iter(node)) in ("all", "any"):
+            key, items = next(iter(node.items()))
+            out[f"{where}"] = key  # the group's own kind (all/any) at its path
+            for i, item in enumerate(items or []):
+                walk(item, f"{where}.{key}[{i}]")
+        else:
+            out[where] = json.dumps(node, sort_keys=True)
+
+    walk(tree, at)
+    return out
+
+
+def describe_changes(old: Mapping[str, Any], new: Mapping[str, Any],
+                     old_enabled: bool, new_enabled: bool) -> str:
+    """A one-line summary of an edit: the top-level keys that changed and, for the
+    condition trees, which conditions were changed, added or removed ("" if nothing)."""
+    parts: list[str] = []
+    for key in ("name", "product", "kind", "trigger", "actions"):
+        if json.dumps(old.get(key), sort_keys=True) != json.dumps(new.get(key), sort_keys=True):
+            parts.append(f"{key} changed")
+    for key in ("conditions", "filters"):
+        before = _flat_conditions(old.get(key) or EMPTY_TREE, key)
+        after = _flat_conditions(new.get(key) or EMPTY_TREE, key)
+        changed = [p for p in after if p in before and before[p] != after[p]]
+        added = [p for p in after if p not in before]
+        removed = [p for p in before if p not in after]
+        for label, paths in (("changed", changed), ("added", added), ("removed", removed)):
+            if paths:
+                parts.append(f"{label} {', '.join(paths)}")
+    if old_enabled != new_enabled:
+        parts.append("enabled" if new_enabled else "disabled")
+    return "; ".join(parts)
+

@@ -1,0 +1,135 @@
+"""Phases 2-4 in memory: the metadata filter drops rules before anything is loaded, each
+later phase calls the loader at most once with only the facts its rules reference."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from domain.conditions import WantedFacts
+from domain.evaluation import Candidate, EventFacts, Phase, evaluate_event
+from domain.rules import parse_rule
+
+STORED: dict[str, object] = {
+    "field.amount": 2_000_000,
+    "field.channel": "web",
+    "form.intake.q1": "yes",
+    "form.intake.q2": "no",
+    "hierarchy.region": "north",
+    "hierarchy.department": "fin",
+}
+
+
+class RecordingLoader:
+    """Answers from STORED and records every call (what was asked)."""
+
+    def __init__(self) -> None:
+        self.calls: list[WantedFacts] = []
+
+    def __call__(self, wanted: WantedFacts) -> Mapping[str, object]:
+        self.calls.append(wanted)
+        return {name: STORED[name] for name in wanted.names() if name in STORED}
+
+
+def no_check(text: str) -> list[str]:
+    return []
+
+
+def rule(rule_id: int, *, kind: str = "updated", trigger: dict[str, Any] | None = None,
+         conditions: list[dict[str, Any]] | None = None,
+         filters: list[dict[str, Any]] | None = None) -> Candidate:
+    definition = {
+        "name": f"rule {rule_id}", "product": "fraud", "kind": kind,
+        "trigger": trigger if trigger is not None else {"types": ["form_submitted"]},
+        "conditions": {"all": conditions or []}, "filters": {"all": filters or []},
+        "actions": {"channels": ["in_app"], "category": "case_update",
+                    "recipients": [{"type": "assignees"}],
+                    "template": {"title": "t", "body": "b"}},
+    }
+    return Candidate(rule_id, 3, parse_rule(definition, no_check))
+
+
+EVENT = EventFacts(event_type="updated", trigger_type="form_submitted", subject_kind="case",
+                   metadata={"form": "intake"},
+                   changes={"subject.status": {"from": "open", "to": "review"}},
+                   subject_facts={"subject.status": "review", "subject.kind": "case"})
+
+
+def test_phase_two_drops_by_metadata_and_subject_kind_without_loading() -> None:
+    candidates = [
+        rule(1, trigger={"types": ["form_submitted"], "metadata": {"form": "exit"}},
+             conditions=[{"fact": "field.amount", "op": "greater", "value": 1}]),
+        rule(2, trigger={"types": ["form_submitted"], "subject_kind": "permit"},
+             conditions=[{"fact": "hierarchy.region", "op": "equals", "value": "north"}]),
+        rule(3, trigger={"types": ["form_submitted"], "metadata": {"channel": "api"}}),
+    ]
+    loader = RecordingLoader()
+    outcomes = evaluate_event(candidates, EVENT, loader)
+    assert loader.calls == []
+    assert [(o.rule_id, o.fired, o.phase) for o in outcomes] == [
+        (1, False, Phase.METADATA), (2, False, Phase.METADATA), (3, False, Phase.METADATA)]
+    assert "'intake', the rule wants 'exit'" in outcomes[0].reason
+    assert "subject kind is 'case'" in outcomes[1].reason
+    assert "no metadata 'channel'" in outcomes[2].reason
+
+
+def test_the_loader_is_called_once_per_phase_with_only_the_referenced_facts() -> None:
+    candidates = [
+        rule(1, trigger={"types": ["form_submitted"], "metadata": {"form": "intake"}},
+             conditions=[{"fact": "form.intake.q1", "op": "equals", "value": "yes"},
+                         {"fact": "field.amount", "op": "greater", "value": 1_000_000}],
+             filters=[{"fact": "hierarchy.region", "op": "in", "value": ["north", "south"]}]),
+        rule(2, conditions=[{"fact": "field.amount", "op": "less", "value": 10}],
+             filters=[{"fact": "hierarchy.department", "op": "equals", "value": "fin"}]),
+        rule(3, conditions=[{"fact": "subject.status", "op": "changed_to", "value": "review"},
+                            {"fact": "field.channel", "op": "changed"}]),
+        rule(4, trigger={"types": ["form_submitted"], "metadata": {"form": "exit"}},
+             conditions=[{"fact": "form.exit.reason", "op": "not_empty"}]),
+        rule(5, conditions=[{"fact": "subject.status", "op": "changed_to", "value": "review"},
+                            {"fact": "event.form", "op": "equals", "value": "intake"}],
+             filters=[{"fact": "form.intake.q2", "op": "equals", "value": "no"},
+                      {"fact": "field.amount", "op": "greater", "value": 5}]),
+    ]
+    loader = RecordingLoader()
+    outcomes = {o.rule_id: o for o in evaluate_event(candidates, EVENT, loader)}
+    # Phase 3: one call for the survivors' trigger conditions (rule 4 dropped in phase 2;
+    # changed-facts come from the event, subject.* and event.* are at hand).
+    # Phase 4: one call for the filters of rules 1 and 5 (rule 2 stopped in phase 3; its
+    # filter fact is never loaded), less what phase 3 already asked.
+    assert loader.calls == [
+        WantedFacts(frozenset({"amount"}), frozenset({("intake", "q1")}), frozenset()),
+        WantedFacts(frozenset(), frozenset({("intake", "q2")}), frozenset({"region"})),
+    ]
+    assert (outcomes[1].fired, outcomes[1].phase) == (True, Phase.FILTERS)
+    assert (outcomes[2].fired, outcomes[2].phase) == (False, Phase.CONDITIONS)
+    assert (outcomes[3].fired, outcomes[3].phase) == (False, Phase.CONDITIONS)
+    assert (outcomes[4].fired, outcomes[4].phase) == (False, Phase.METADATA)
+    assert (outcomes[5].fired, outcomes[5].phase) == (True, Phase.FILTERS)
+    trace = outcomes[1].to_json()
+    assert trace["conditions"][0] == {"path": "conditions.all[0]", "fact": "form.intake.q1",
+                                      "op": "equals", "expected": "yes", "seen": "yes",
+                                      "result": True}
+    assert trace["filters"][0]["seen"] == "north" and trace["rule_version"] == 3
+    assert outcomes[3].conditions[1].missing and outcomes[3].reason == "trigger conditions do not hold"
+
+
+def test_a_phase_that_needs_nothing_stored_does_not_call_the_loader() -> None:
+    candidates = [rule(1, kind="created", trigger={},
+                       conditions=[{"fact": "subject.status", "op": "equals", "value": "review"}])]
+    created = EventFacts("created", None, "case", subject_facts={"subject.status": "review"})
+    loader = RecordingLoader()
+    (outcome,) = evaluate_event(candidates, created, loader)
+    assert loader.calls == [] and outcome.fired
+
+
+def test_a_missing_fact_gives_its_defined_result_in_the_trace() -> None:
+    candidates = [rule(1, conditions=[{"fact": "field.unknown", "op": "not_equals", "value": 1},
+                                      {"fact": "form.intake.q9", "op": "empty"}],
+                       filters=[{"fact": "hierarchy.team", "op": "equals", "value": "a"}])]
+    loader = RecordingLoader()
+    (outcome,) = evaluate_event(candidates, EVENT, loader)
+    assert [t.missing for t in outcome.conditions] == [True, True]
+    assert [t.result for t in outcome.conditions] == [True, True]
+    assert (outcome.fired, outcome.phase, outcome.reason) == (
+        False, Phase.FILTERS, "filter criteria do not hold")
+    assert len(loader.calls) == 2
