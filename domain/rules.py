@@ -48,9 +48,8 @@ class InvalidRule(InvalidInput):
 
     def __init__(self, errors: list[PathError]) -> None:
         self.errors = errors
-        shown = "; ".join(str(e) for e in errors[:10])
-        more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
-        super().__init__(f"invalid rule: {shown}{more}")
+        super().__init__(f"invalid rule ({len(errors)} error{'s' if len(errors) != 1 else ''}): "
+                         + "; ".join(str(e) for e in errors))
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,8 @@ def test_every_error_is_reported_together_with_its_path() -> None:
     assert messages["actions.template.title"] == "loops are not allowed here"
     assert "unknown operator 'nearly'" in messages["filters.any[0].op"]
     assert "unknown fact 'amount'" in messages["conditions.all[0].fact"]
-    assert str(raised.value).startswith("invalid rule: ")
+    assert str(raised.value).startswith(f"invalid rule ({len(paths)} errors): ")
+    assert "actions.recipients[2].email: " in str(raised.value)
 
 
 def test_missing_parts_and_non_objects_are_reported() -> None:

@@ -1,0 +1,189 @@
+"""`tocsin rules ...`: a tenant's event rules from the command line, as JSON files.
+
+    tocsin rules list --tenant T [--product P]
+    tocsin rules show --tenant T ID
+    tocsin rules create --tenant T FILE.json|-        (--by NAME, default cli)
+    tocsin rules update --tenant T ID FILE.json|-
+    tocsin rules enable|disable --tenant T ID
+    tocsin rules export --tenant T [--product P] > rules.json
+    tocsin rules import --tenant T rules.json|-       (all or nothing)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from domain.errors import InvalidInput
+from domain.identity import valid_slug
+
+Command = Callable[..., argparse.ArgumentParser]
+
+
+def _out(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def _read_json(name: str) -> Any:
+    """A JSON document from a file, or from stdin for '-'."""
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+    except OSError as error:
+        raise InvalidInput(f"cannot read {name}: {error.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidInput(f"{'stdin' if name == '-' else name} is not JSON: {error}") from None
+
+
+def _product(text: str | None) -> str | None:
+    from domain.rules import CODE
+
+    if text is not None and not CODE.fullmatch(text):
+        raise InvalidInput(f"invalid product code {text!r}")
+    return text
+
+
+def cmd_rules_list(args: argparse.Namespace) -> None:
+    from db.rules import list_rules
+    from db.tenancy import tenant_tx
+
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        rules = list_rules(tx, _product(args.product))
+    if not rules:
+        _out("No rules yet. Create one with `tocsin rules create --tenant T rule.json`.")
+        return
+    _out(f"{'ID':>5}  {'PRODUCT':<12} {'KIND':<8} {'ENABLED':<8} {'VERSION':>7}  {'TRIGGERS':<24} NAME")
+    for r in rules:
+        triggers = ",".join(r.definition.trigger.types) or "-"
+        _out(f"{r.id:>5}  {r.product:<12} {r.kind:<8} {'yes' if r.enabled else 'no':<8} "
+             f"{r.version:>7}  {triggers:<24} {r.name}")
+
+
+def cmd_rules_show(args: argparse.Namespace) -> None:
+    from db.rules import get_rule, rule_versions
+    from db.tenancy import tenant_tx
+
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        rule = get_rule(tx, args.id)
+        versions = rule_versions(tx, args.id)
+    _out(f"rule {rule.id} ({rule.product}/{rule.name}), version {rule.version}, "
+         f"{'enabled' if rule.enabled else 'disabled'}")
+    _out(json.dumps(rule.to_json(), indent=2, sort_keys=True))
+    _out()
+    _out(f"{'VERSION':>7}  {'CHANGED (UTC)':<16}  {'BY':<20} SUMMARY")
+    for v in versions:
+        _out(f"{v.version:>7}  {v.changed_at.astimezone(UTC):%Y-%m-%d %H:%M}  {v.changed_by:<20} "
+             f"{v.summary}")
+
+
+def cmd_rules_create(args: argparse.Namespace) -> None:
+    from db.rules import create_rule
+    from db.tenancy import tenant_tx
+
+    data = _read_json(args.file)
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        rule = create_rule(tx, data, args.by)
+    _out(f"created rule {rule.id} ({rule.product}/{rule.name}), version {rule.version}")
+
+
+def cmd_rules_update(args: argparse.Namespace) -> None:
+    from db.rules import get_rule, rule_versions, update_rule
+    from db.tenancy import tenant_tx
+
+    data = _read_json(args.file)
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        before = get_rule(tx, args.id).version
+        rule = update_rule(tx, args.id, data, args.by)
+        summary = rule_versions(tx, args.id)[-1].summary
+    if rule.version == before:
+        _out(f"rule {rule.id} unchanged (version {rule.version})")
+    else:
+        _out(f"updated rule {rule.id} to version {rule.version}: {summary}")
+
+
+def _set_enabled(args: argparse.Namespace, enabled: bool) -> None:
+    from db.rules import set_enabled
+    from db.tenancy import tenant_tx
+
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        rule = set_enabled(tx, args.id, enabled, args.by)
+    _out(f"rule {rule.id} {'enabled' if rule.enabled else 'disabled'} (version {rule.version})")
+
+
+def cmd_rules_enable(args: argparse.Namespace) -> None:
+    _set_enabled(args, True)
+
+
+def cmd_rules_disable(args: argparse.Namespace) -> None:
+    _set_enabled(args, False)
+
+
+def cmd_rules_export(args: argparse.Namespace) -> None:
+    from db.rules import export_rules
+    from db.tenancy import tenant_tx
+
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        rules = export_rules(tx, _product(args.product))
+    sys.stdout.write(json.dumps(rules, indent=2, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def cmd_rules_import(args: argparse.Namespace) -> None:
+    from db.rules import import_rules
+    from db.tenancy import tenant_tx
+
+    data = _read_json(args.file)
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        report = import_rules(tx, data, args.by)
+    _out(f"imported {len(report.created) + len(report.updated) + len(report.unchanged)} rule(s): "
+         f"created {len(report.created)}, updated {len(report.updated)}, "
+         f"unchanged {len(report.unchanged)}")
+
+
+def add_rules_commands(sub: argparse._SubParsersAction[Any], command: Command) -> None:
+    """Register `tocsin rules ...` on the top-level subparsers; ``command(name, handler,
+    help, parent)`` is cli.build_parser's helper."""
+    rules = sub.add_parser("rules", help="create, list, export and import event rules (JSON)")
+    rules_sub = rules.add_subparsers(dest="rules_command", required=True,
+                                     parser_class=type(rules))
+
+    def tenant_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--tenant", required=True)
+
+    def by_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--by", default="cli", help="who makes the change (default: cli)")
+
+    p = command("list", cmd_rules_list, "list the tenant's event rules", rules_sub)
+    tenant_arg(p)
+    p.add_argument("--product", help="only this product's rules")
+    p = command("show", cmd_rules_show, "show a rule's definition and version history", rules_sub)
+    tenant_arg(p)
+    p.add_argument("id", type=int)
+    p = command("create", cmd_rules_create, "create a rule from a JSON file (- for stdin)", rules_sub)
+    tenant_arg(p)
+    by_arg(p)
+    p.add_argument("file")
+    p = command("update", cmd_rules_update, "save a new version of a rule from a JSON file", rules_sub)
+    tenant_arg(p)
+    by_arg(p)
+    p.add_argument("id", type=int)
+    p.add_argument("file")
+    for name, handler in (("enable", cmd_rules_enable), ("disable", cmd_rules_disable)):
+        p = command(name, handler, f"{name} a rule (a new version)", rules_sub)
+        tenant_arg(p)
+        by_arg(p)
+        p.add_argument("id", type=int)
+    p = command("export", cmd_rules_export, "print the rules as a JSON list, importable", rules_sub)
+    tenant_arg(p)
+    p.add_argument("--product", help="only this product's rules")
+    p = command("import", cmd_rules_import,
+                "create or update rules by (product, name) from a JSON list, all or nothing", rules_sub)
+    tenant_arg(p)
+    by_arg(p)
+    p.add_argument("file")
