@@ -406,6 +406,9 @@ def build_parser() -> Parser:
                    help=f"consume only these queues (of {', '.join(PRODUCT_QUEUES)}); default: all, "
                         "e.g. a dedicated email worker on its own Procfile line")
     command("clock", cmd_clock, "enqueue the scan tick and the sweep, each on its interval")
+    from tocsin.cli_platform import add_platform_commands
+
+    add_platform_commands(sub, command)
     return parser
 
 
