@@ -27,9 +27,10 @@ from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
 from portal.live import InboxListener
 from portal.metrics import WebCollector
-from portal.ratelimit import LoginThrottle, PasswordChecks
+from portal.ratelimit import ApiKeyRateLimit, LoginThrottle, PasswordChecks
 from portal.redaction import install_log_redaction
 from portal.routes import (
+    events_api,
     evidence,
     health,
     hooks,
@@ -138,7 +139,7 @@ def create_app(
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
-            *preferences.ROUTES, *unsubscribe.ROUTES,
+            *preferences.ROUTES, *unsubscribe.ROUTES, events_api.router,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
@@ -154,6 +155,9 @@ def create_app(
                      "signing_keys": keys, STORE: sessions,
                      "login_throttle": LoginThrottle.from_url(settings.redis_url),
                      "queue_inspector": inspector, "metrics_registry": metrics_registry,
+                     events_api.RATE_LIMIT: ApiKeyRateLimit.from_url(
+                         settings.redis_url, settings.dramatiq_namespace,
+                         portal_settings.api_events_per_minute),
                      "password_checks": PasswordChecks(
                          portal_settings.password_checks_at_once,
                          portal_settings.password_check_wait_seconds)}),
@@ -167,8 +171,9 @@ def create_app(
             cookie_samesite="lax",
             # Read-only, and never needing a token: skipping them avoids a cookie per asset.
             # /hooks/ is called by AWS and authenticated by the SNS signature; /unsubscribe/
-            # by its signed token (RFC 8058 one-click: a mail client posts, with no cookie).
-            exclude=["^/static/", "^/(healthz|readyz|metrics)$", "^/hooks/", "^/unsubscribe/"],
+            # by its signed token (RFC 8058 one-click: a mail client posts, with no cookie);
+            # /api/ by its bearer API key (no cookie is ever involved).
+            exclude=["^/static/", "^/(healthz|readyz|metrics)$", "^/hooks/", "^/unsubscribe/", "^/api/"],
         ),
         template_config=TemplateConfig(
             instance=JinjaTemplateEngine.from_environment(environment)

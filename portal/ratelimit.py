@@ -131,3 +131,49 @@ class PasswordChecks:
             yield
         finally:
             self._turns.release()
+
+
+# KEYS[1]: the key's counter for this window. ARGV: events asked for, the limit per window,
+# the window in seconds. Counts the events and answers 0, or counts nothing and answers the
+# seconds until the window ends. The window starts with its first request.
+_SPEND = """
+local n = redis.call('INCRBY', KEYS[1], ARGV[1])
+if n == tonumber(ARGV[1]) then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+if n > tonumber(ARGV[2]) then
+  redis.call('DECRBY', KEYS[1], ARGV[1])
+  local ttl = redis.call('TTL', KEYS[1])
+  if ttl < 1 then
+    redis.call('EXPIRE', KEYS[1], ARGV[3])
+    ttl = tonumber(ARGV[3])
+  end
+  return ttl
+end
+return 0
+"""
+
+API_WINDOW_SECONDS = 60  # seconds of one rate-limit window of an API key
+
+
+class ApiKeyRateLimit:
+    """Events each API key may send per minute (a batch counts every event), counted in
+    Redis in one atomic step, so every web process shares one count per key. A flushed
+    Redis only forgets the current minute."""
+
+    def __init__(self, client: redis.Redis, namespace: str, per_minute: int) -> None:
+        self._spend = client.register_script(_SPEND)
+        self._namespace = namespace
+        self.per_minute = per_minute
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str, per_minute: int) -> ApiKeyRateLimit:
+        return cls(redis.Redis.from_url(url), namespace, per_minute)
+
+    def spend(self, api_key_id: int, events: int) -> None:
+        """Count ``events`` against the key, or raise Busy (429) saying when to try again."""
+        wait = int(self._spend(keys=[f"{self._namespace}:api-rate:{api_key_id}"],
+                               args=[events, self.per_minute, API_WINDOW_SECONDS]))
+        if wait > 0:
+            raise Busy(f"this API key may send {self.per_minute} events a minute; try again in "
+                       f"{wait} seconds", retry_after=wait, own_share=True)

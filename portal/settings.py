@@ -18,6 +18,8 @@ INBOX_STREAM_DEFAULT = 10 * 60  # seconds an inbox event stream lives before the
 # seconds at most: a stream is checked against the session only when it opens, so its
 # lifetime bounds how long it outlives a sign-out.
 INBOX_STREAM_MAXIMUM = 60 * 60
+API_EVENTS_PER_MINUTE_DEFAULT = 60_000  # events per API key per minute (a batch counts each)
+API_EVENTS_PER_MINUTE_MINIMUM = 500  # one full batch must fit in a minute
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class PortalSettings:
     metrics_database_seconds: int = 30  # seconds /metrics serves one PostgreSQL reading again
     # Where the ledger exports read (a read replica), when not DATABASE_URL; may hold a password.
     evidence_database_url: str | None = field(default=None, repr=False)
+    api_events_per_minute: int = API_EVENTS_PER_MINUTE_DEFAULT  # events one API key may send a minute
 
 
 def _env_switch(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -75,6 +78,8 @@ def load_portal_settings(portal_url: str, env: Mapping[str, str] | None = None) 
         metrics_token=_metrics_token(env),
         metrics_database_seconds=env_int(env, "METRICS_DATABASE_SECONDS", 30),
         evidence_database_url=_evidence_database_url(env),
+        api_events_per_minute=env_int(env, "API_EVENTS_PER_MINUTE", API_EVENTS_PER_MINUTE_DEFAULT,
+                                      minimum=API_EVENTS_PER_MINUTE_MINIMUM),
     )
 
 

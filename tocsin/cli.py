@@ -406,9 +406,11 @@ def build_parser() -> Parser:
                    help=f"consume only these queues (of {', '.join(PRODUCT_QUEUES)}); default: all, "
                         "e.g. a dedicated email worker on its own Procfile line")
     command("clock", cmd_clock, "enqueue the scan tick and the sweep, each on its interval")
+    from tocsin.cli_platform import add_platform_commands
     from tocsin.cli_rules import add_rules_commands
 
     add_rules_commands(sub, command)
+    add_platform_commands(sub, command)
     return parser
 
 

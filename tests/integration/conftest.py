@@ -42,6 +42,7 @@ def remove_tenant(tenant: Tenant) -> None:
     with connection() as conn, conn.transaction():
         drop_schema(conn, tenant.schema)
         conn.execute("DELETE FROM control.schema_migrations WHERE schema_name = %s", [tenant.schema])
+        conn.execute("DELETE FROM control.api_keys WHERE tenant_id = %s", [tenant.id])
         conn.execute("DELETE FROM control.tenants WHERE id = %s", [tenant.id])
 
 

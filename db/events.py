@@ -1,0 +1,105 @@
+"""The events outbox: event rows written in the transaction of the write that caused them,
+and the backlog the relay has still to evaluate.
+
+`record_events` is the one way an event is recorded, whoever sends it (the events API, a
+host application through tocsin.outbox, the demo, the CLI). The rows are the durable
+intent; the relay's wake-up after commit only makes it sooner.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from psycopg.rows import tuple_row
+
+from db.subjects import Cursor, schema_sql, update_register
+from db.tenancy import Connection, TenantTx
+from domain.events import EventIn
+
+SOURCES = ("api", "host", "demo", "cli")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    event_id: int
+    subject_id: int
+
+    def as_json(self) -> dict[str, int]:
+        return {"event_id": self.event_id, "subject_id": self.subject_id}
+
+
+def record_events_in(cur: Cursor, schema: str, events: Sequence[EventIn], source: str,
+                     prefixes: Sequence[str] | None = None) -> list[Recorded]:
+    """Update the subject register and write one outbox row per event, in the caller's
+    transaction, in a fixed number of statements whatever the batch's size. Raises
+    InvalidEvents (nothing written by this call) for unknown products, users or units."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown event source {source!r}")
+    if not events:
+        return []
+    placed = update_register(cur, schema, events, prefixes or [""] * len(events))
+    cur.execute(schema_sql(schema, """
+        INSERT INTO {s}.events (product, subject_id, event_type, trigger_type, changes, metadata,
+                                occurred_at, source)
+        SELECT w.product, w.subject_id, w.event_type, w.trigger_type, w.changes::jsonb,
+               w.metadata::jsonb, coalesce(w.occurred_at, now()), %s
+        FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
+                    %s::timestamptz[]) WITH ORDINALITY
+             AS w (product, subject_id, event_type, trigger_type, changes, metadata, occurred_at, n)
+        ORDER BY w.n
+        RETURNING id
+        """), [source, [e.product for e in events], [p.subject_id for p in placed],
+               [e.event_type for e in events], [e.trigger_type for e in events],
+               [json.dumps(p.changes) for p in placed], [json.dumps(dict(e.metadata)) for e in events],
+               [e.occurred_at for e in events]])
+    # The rows are inserted in the batch's order, and an identity column hands its values
+    # out in increasing order within one statement: sorted ids are the events in order.
+    ids = sorted(int(r[0]) for r in cur.fetchall())
+    return [Recorded(i, p.subject_id) for i, p in zip(ids, placed, strict=True)]
+
+
+def record_events(tx: TenantTx, events: Sequence[EventIn], source: str,
+                  prefixes: Sequence[str] | None = None) -> list[Recorded]:
+    """record_events_in for a tenant transaction; the relay is woken once it commits."""
+    with tx.conn.cursor(row_factory=tuple_row) as cur:
+        recorded = record_events_in(cur, tx.tenant.schema, events, source, prefixes)
+    tx.events_recorded.extend(r.event_id for r in recorded)
+    return recorded
+
+
+@dataclass(frozen=True)
+class Backlog:
+    product: str
+    waiting: int  # pending or processing
+    failed: int
+    oldest_age: timedelta | None  # of the oldest event waiting
+
+
+def backlog(tx: TenantTx) -> list[Backlog]:
+    """Per product: events waiting for the relay, failed ones, and how long the oldest
+    waiting one has waited (the events_ready index serves the waiting ones)."""
+    rows = tx.conn.execute("""
+        SELECT p.code,
+               (SELECT count(*) FROM events e WHERE e.product = p.code
+                  AND e.status IN ('pending', 'processing')),
+               (SELECT count(*) FROM events e WHERE e.product = p.code AND e.status = 'failed'),
+               now() - (SELECT min(e.recorded_at) FROM events e WHERE e.product = p.code
+                          AND e.status IN ('pending', 'processing'))
+        FROM products p ORDER BY p.code
+        """).fetchall()
+    return [Backlog(str(r[0]), int(str(r[1])), int(str(r[2])), r[3] if isinstance(r[3], timedelta) else None)
+            for r in rows]
+
+
+def event_row(conn: Connection, schema: str, event_id: int) -> dict[str, Any] | None:
+    """One event as stored (for the CLI and the tests)."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(schema_sql(schema, "SELECT id, product, subject_id, event_type, trigger_type, changes, metadata, "
+                               "occurred_at, source, status FROM {s}.events WHERE id = %s"), [event_id])
+        row = cur.fetchone()
+        names = [d.name for d in cur.description or []]
+    return None if row is None else dict(zip(names, row, strict=True))
