@@ -10,5 +10,6 @@ configures the broker first.
 from actors import broker as broker
 from actors import digest as digest
 from actors import email as email
+from actors import prepare as prepare
 from actors import scan as scan
 from actors import sweep as sweep

@@ -34,6 +34,7 @@ from dramatiq.middleware import (
 
 from actors.consumers import ConsumerHeartbeats
 from actors.rabbitmq_broker import OneConnectionRabbitmqBroker
+from domain.preparation_queues import preparation_queues
 from tocsin.config import Settings
 
 
@@ -112,6 +113,10 @@ def install_broker(settings: Settings) -> dramatiq.Broker:
             actor = current.get_actor(name)
             actor.broker = broker
             broker.declare_actor(actor)
+        # Each product's preparation queue (actors/prepare.py sends there): declared so this
+        # process's worker consumes them and its sends find them.
+        for queue in preparation_queues(settings.product_queues):
+            broker.declare_queue(queue)
         dramatiq.set_broker(broker)
         if _installed is not None and _installed is not broker:
             _installed.close()  # replaced (a test pointing the process elsewhere): no idle connections

@@ -59,6 +59,7 @@ class DueDelivery:
     recipient_user_id: int
     category: str | None  # None for a digest, which lists several
     verdict: str | None  # why it must not be sent, or None
+    critical: bool = False  # the notice itself is critical (a rule said so): quiet hours do not hold it
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
     and then re-reads it: skipping would drop the message while the row stays unsent."""
     row = tx.conn.execute(
         f"""
-        SELECT d.id, u.id, n.category, {_VERDICT}
+        SELECT d.id, u.id, n.category, {_VERDICT},
+               coalesce(n.data ->> 'critical' = 'true', false)
         FROM notification_deliveries d
         LEFT JOIN notifications n ON n.id = d.notification_id
         LEFT JOIN digests g ON g.id = d.digest_id
@@ -97,7 +99,7 @@ def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
     if row is None:
         return None
     return DueDelivery(int(str(row[0])), int(str(row[1])), None if row[2] is None else str(row[2]),
-                       None if row[3] is None else str(row[3]))
+                       None if row[3] is None else str(row[3]), bool(row[4]))
 
 
 def settle_unsent(
@@ -188,7 +190,8 @@ def claim_delivery(
     # of the few every send pays); a digest (no category) always goes, as there.
     if due.category is None:
         return start_attempt(tx, due.delivery_id, lease_seconds, portal_url)
-    check = email_send_check(tx, due.recipient_user_id, due.category, now or datetime.now(UTC))
+    check = email_send_check(tx, due.recipient_user_id, due.category, now or datetime.now(UTC),
+                             critical=due.critical)
     if check.action.value != "send":
         apply_send_check(tx, due.delivery_id, check)
         return Settled(due.delivery_id, check.action.value, check.reason or check.action.value)

@@ -249,11 +249,13 @@ def stuck_claims(tx: TenantTx, older_than: timedelta = STUCK_AFTER) -> list[Stuc
     with tx.conn.cursor(row_factory=class_row(StuckClaim)) as cursor:
         return cursor.execute(
             """
-            SELECT l.id AS ledger_id, l.rule, l.subject_kind, l.subject_id, c.name AS subject_name,
+            SELECT l.id AS ledger_id, l.rule, l.subject_kind, l.subject_id,
+                   coalesce(c.name, sj.title) AS subject_name,
                    l.threshold, l.due_on, l.claimed_at,
                    coalesce(d.total, 0) AS deliveries, coalesce(d.waiting, 0) AS waiting
             FROM notification_ledger l
             LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
+            LEFT JOIN subjects sj ON l.subject_kind = 'subject' AND sj.id = l.subject_id
             LEFT JOIN LATERAL (
                 SELECT count(*) AS total,
                        count(*) FILTER (WHERE nd.status IN ('pending', 'sending')) AS waiting
@@ -261,6 +263,7 @@ def stuck_claims(tx: TenantTx, older_than: timedelta = STUCK_AFTER) -> list[Stuc
                 WHERE n.ledger_id = l.id
             ) d ON TRUE
             WHERE l.status = 'claimed' AND l.delivered_at IS NULL
+              AND l.prepare_failed_at IS NULL  -- listed by failed_preparations
               AND l.claimed_at < now() - %s
               AND coalesce(d.total, 0) = coalesce(d.waiting, 0)
             ORDER BY l.claimed_at, l.id
@@ -295,6 +298,43 @@ def troubled_deliveries(tx: TenantTx, limit: int = 200) -> list[TroubledDelivery
             JOIN users u ON u.id = n.recipient_user_id
             WHERE d.status IN ('failed', 'unknown', 'bounced', 'complained')
             ORDER BY d.updated_at DESC, d.id DESC
+            LIMIT %s
+            """,
+            [limit],
+        ).fetchall()
+
+
+@dataclass(frozen=True)
+class FailedPreparation:
+    ledger_id: int
+    rule_id: int
+    rule_name: str
+    rule_version: int
+    subject_id: int
+    subject_title: str
+    subject_ref: str  # product · kind external_id
+    error: str | None
+    attempts: int
+    failed_at: datetime
+
+
+def failed_preparations(tx: TenantTx, limit: int = 200) -> list[FailedPreparation]:
+    """Rule notices whose preparation failed every allowed attempt (a template refused, a
+    recipient that could not be resolved), newest first, with the last error: nobody was
+    told, and nothing will try again until an admin fixes the rule."""
+    with tx.conn.cursor(row_factory=class_row(FailedPreparation)) as cursor:
+        return cursor.execute(
+            """
+            SELECT l.id AS ledger_id, l.rule_id, r.name AS rule_name, l.rule_version,
+                   l.subject_id, s.title AS subject_title,
+                   s.product || ' · ' || s.kind || ' ' || s.external_id AS subject_ref,
+                   l.prepare_error AS error, l.prepare_attempts AS attempts,
+                   l.prepare_failed_at AS failed_at
+            FROM notification_ledger l
+            JOIN rules r ON r.id = l.rule_id
+            JOIN subjects s ON s.id = l.subject_id
+            WHERE l.prepare_failed_at IS NOT NULL AND l.prepared_at IS NULL
+            ORDER BY l.prepare_failed_at DESC, l.id DESC
             LIMIT %s
             """,
             [limit],

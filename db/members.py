@@ -51,6 +51,7 @@ def list_members(tx: TenantTx) -> list[Member]:
         SELECT u.id, u.email, u.display_name, u.role, c.name, u.deactivated_at IS NULL,
                u.password_hash IS NULL, u.created_at
         FROM users u LEFT JOIN clients c ON c.id = u.client_id
+        WHERE u.role <> 'contact'  -- rules' fixed addresses are not members
         ORDER BY u.deactivated_at IS NOT NULL, u.role, lower(u.email)
         """
     ).fetchall()
@@ -77,6 +78,8 @@ def invite_member(
     Inviting a pending invitee again replaces their link; inviting a member is a Conflict."""
     email = valid_email(email)
     name = valid_name(display_name, "name") if display_name.strip() else email.split("@")[0]
+    if role is Role.CONTACT:
+        raise InvalidInput("contacts are not invited: they only receive rules' emails")
     if (role is Role.CLIENT_USER) != (client_id is not None):
         raise InvalidInput("choose the client organisation for a client user, and only for one")
     if client_id is not None and tx.conn.execute(
@@ -90,6 +93,8 @@ def invite_member(
     ).fetchone()
     if existing is not None and not existing[1]:
         raise Conflict(f"{email} already has an account here")
+    # A contact (a rule's fixed address, no password) invited as a person becomes that
+    # person: the row takes the invited role, and its past notices stay with it.
     try:
         with tx.conn.transaction():
             row = tx.conn.execute(

@@ -8,7 +8,7 @@ checks the two agree on every combination.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, time
 
 from db.tenancy import TenantTx
@@ -123,11 +123,16 @@ def delivery_schedule(tx: TenantTx, user_id: int) -> DeliverySchedule:
     return DeliverySchedule(str(zone), quiet, digest_time, int(str(weekly_day)))
 
 
-def email_send_check(tx: TenantTx, user_id: int, category: str, now: datetime) -> SendCheck:
+def email_send_check(
+    tx: TenantTx, user_id: int, category: str, now: datetime, *, critical: bool = False
+) -> SendCheck:
     """What to do with this user's email of this category right now: send, cancel(reason),
     defer(until) or batch(period). Called at send time so a change made after the claim
-    (an opt-out, new quiet hours, a switch to digests) is honoured."""
+    (an opt-out, new quiet hours, a switch to digests) is honoured. ``critical``: the notice
+    itself is critical (a tenant's rule said so), as if its category were."""
     resolved = resolve_preference(tx, user_id, valid_category(category))
+    if critical and not resolved.critical:
+        resolved = replace(resolved, critical=True)
     schedule = delivery_schedule(tx, user_id)
     return email_decision(resolved, quiet_hours_end(now, schedule.zone, schedule.quiet))
 
@@ -138,7 +143,8 @@ def delivery_send_check(tx: TenantTx, delivery_id: int, now: datetime) -> SendCh
     quiet hours and its items were re-checked when it was built."""
     row = tx.conn.execute(
         """
-        SELECT n.recipient_user_id, n.category, d.digest_id
+        SELECT n.recipient_user_id, n.category, d.digest_id,
+               coalesce(n.data->>'critical' = 'true', false)
         FROM notification_deliveries d LEFT JOIN notifications n ON n.id = d.notification_id
         WHERE d.id = %s AND d.channel = 'email'
         """,
@@ -148,7 +154,7 @@ def delivery_send_check(tx: TenantTx, delivery_id: int, now: datetime) -> SendCh
         return None
     if row[2] is not None:
         return SendCheck.send()
-    return email_send_check(tx, int(str(row[0])), str(row[1]), now)
+    return email_send_check(tx, int(str(row[0])), str(row[1]), now, critical=bool(row[3]))
 
 
 def apply_send_check(tx: TenantTx, delivery_id: int, check: SendCheck, claim_token: object = None) -> bool:

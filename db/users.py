@@ -30,6 +30,11 @@ class User:
     client_id: int | None
     active: bool
 
+    @property
+    def can_sign_in(self) -> bool:
+        """A contact (a rule's fixed address) never signs in, whatever its row holds."""
+        return self.role is not Role.CONTACT
+
 
 _COLUMNS = "id, email, display_name, role, client_id, deactivated_at IS NULL"
 
@@ -59,6 +64,8 @@ def create_user(
 ) -> User:
     email = valid_email(email)
     valid_password(password)
+    if role is Role.CONTACT:
+        raise InvalidInput("contacts never sign in: they are made by rules' fixed addresses")
     if role is Role.CLIENT_USER and client_id is None:
         raise InvalidInput("a client_user needs --client ID (the client organisation they belong to)")
     if role is not Role.CLIENT_USER and client_id is not None:
@@ -102,7 +109,7 @@ def authenticate(tx: TenantTx, email: str, password: str) -> User | None:
     if row is None:
         return None
     user = _user(row)
-    return user if user.active else None
+    return user if user.active and user.can_sign_in else None
 
 
 def get_user(tx: TenantTx, user_id: int) -> User | None:
@@ -114,7 +121,7 @@ def set_password(tx: TenantTx, user_id: int, password: str) -> User:
     """Give an active user a (new) password; a deactivated or missing user is NotFound."""
     row = tx.conn.execute(
         f"UPDATE users SET password_hash = %s WHERE id = %s AND deactivated_at IS NULL "
-        f"RETURNING {_COLUMNS}",
+        f"AND role <> 'contact' RETURNING {_COLUMNS}",
         [_hasher.hash(valid_password(password)), user_id],
     ).fetchone()
     if row is None:

@@ -24,6 +24,13 @@ class Role(StrEnum):
     ADMIN = "admin"
     MEMBER = "member"
     CLIENT_USER = "client_user"
+    # A rule's fixed address (db/recipients.py): receives email, never signs in, is never
+    # invited as such and is not listed among the members.
+    CONTACT = "contact"
+
+
+# The roles a person can be given by hand (the CLI, the members page).
+ASSIGNABLE_ROLES = (Role.ADMIN, Role.MEMBER, Role.CLIENT_USER)
 
 
 class Plan(StrEnum):
@@ -106,12 +113,17 @@ def valid_email(email: str) -> str:
 
 
 def valid_role(role: str) -> Role:
+    """A role a person may be given by hand: contacts are made by rules, never by hand."""
     try:
-        return Role(role)
+        value = Role(role)
     except ValueError:
+        value = None
+    if value not in ASSIGNABLE_ROLES:
         raise InvalidInput(
-            f"unknown role {role!r}: use one of {', '.join(r.value for r in Role)}"
-        ) from None
+            f"unknown role {role!r}: use one of {', '.join(r.value for r in ASSIGNABLE_ROLES)}"
+        )
+    assert value is not None
+    return value
 
 
 def valid_plan(plan: str) -> Plan:

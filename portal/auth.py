@@ -88,7 +88,7 @@ def load_viewer(tenant: str, user_id: int) -> Viewer | None:
             client = None if user is None or user.client_id is None else get_client(tx, user.client_id)
     except (InvalidInput, NotFound):
         return None
-    if user is None or not user.active or loaded.status != "active":
+    if user is None or not user.active or not user.can_sign_in or loaded.status != "active":
         return None
     return Viewer(loaded, user, client)
 

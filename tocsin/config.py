@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from domain.errors import InvalidInput
+from domain.preparation_queues import DEFAULT_PRODUCT_QUEUES, parse_product_queues
 from domain.sns import valid_test_origin, valid_topic_arn
 
 
@@ -64,6 +65,11 @@ class Settings:
     # The worker's Prometheus endpoint (actors/metrics.py), served by `tocsin worker`; unset: none.
     metrics_worker_port: int | None = None
     metrics_worker_host: str = "127.0.0.1"  # unauthenticated: keep it off public interfaces
+    # Attempts at preparing one rule notice before it is left on the Needs-attention page.
+    prepare_max_attempts: int = 5
+    # Products whose rule notices have a preparation queue of their own (prepare_<code>);
+    # the others share prepare_other.
+    product_queues: tuple[str, ...] = DEFAULT_PRODUCT_QUEUES
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -135,6 +141,16 @@ def worker_metrics_address(env: Mapping[str, str]) -> tuple[str, int] | None:
     Dramatiq processes it starts (and restarts)."""
     port = _optional_port(env, "METRICS_WORKER_PORT")
     return None if port is None else (env.get("METRICS_WORKER_HOST") or "127.0.0.1", port)
+
+
+def _product_queues(env: Mapping[str, str]) -> tuple[str, ...]:
+    raw = env.get("PRODUCT_QUEUES")
+    if raw is None:
+        return DEFAULT_PRODUCT_QUEUES
+    try:
+        return parse_product_queues(raw)
+    except InvalidInput as error:
+        raise ConfigError(str(error)) from None
 
 
 def _broker_url(env: Mapping[str, str]) -> str | None:
@@ -236,4 +252,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         session_absolute_seconds=env_int(env, "SESSION_ABSOLUTE_SECONDS", 24 * 60 * 60, minimum=60),
         metrics_worker_port=_optional_port(env, "METRICS_WORKER_PORT"),
         metrics_worker_host=env.get("METRICS_WORKER_HOST") or "127.0.0.1",
+        prepare_max_attempts=env_int(env, "PREPARE_MAX_ATTEMPTS", 5),
+        product_queues=_product_queues(env),
     )

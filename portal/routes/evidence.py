@@ -20,6 +20,7 @@ from db.evidence import (
     LedgerStatus,
     attempts_for,
     csv_lines,
+    failed_preparations,
     iter_ledger,
     ledger_page,
     stuck_claims,
@@ -149,10 +150,11 @@ def needs_attention(viewer: CurrentViewer, request: Request[Any, Any, Any]) -> T
     with tenant_tx(viewer.tenant.slug) as tx:
         stuck = stuck_claims(tx)
         troubled = troubled_deliveries(tx)
+        unprepared = failed_preparations(tx)
         unread = unread_count(tx, viewer.user.id)
         liveness = tenant_liveness(last_runs(tx), settings.sweep_interval_seconds)
     return Template(
         "attention.html",
         context={"viewer": viewer, "unread": unread, "section": "evidence", "stuck": stuck,
-                 "troubled": troubled, "liveness": liveness},
+                 "troubled": troubled, "unprepared": unprepared, "liveness": liveness},
     )
