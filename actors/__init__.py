@@ -11,5 +11,6 @@ from actors import broker as broker
 from actors import digest as digest
 from actors import email as email
 from actors import prepare as prepare
+from actors import relay as relay
 from actors import scan as scan
 from actors import sweep as sweep

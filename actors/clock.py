@@ -1,6 +1,6 @@
-"""The clock process: enqueue a scan tick, a sweep and a digest tick once at start, then
-each on its own interval (the scan every SCAN_INTERVAL_SECONDS, the sweep and the digests
-every SWEEP_INTERVAL_SECONDS).
+"""The clock process: enqueue a scan tick, a sweep, a digest tick and a relay tick once at
+start, then each on its own interval (the scan every SCAN_INTERVAL_SECONDS, the sweep and
+the digests every SWEEP_INTERVAL_SECONDS, the relay's polling every EVENTS_POLL_SECONDS).
 
 It keeps no state and decides nothing; two clocks (or a clock and a manual `tocsin scan`)
 only make the scans run more often, which changes nothing by construction.
@@ -25,6 +25,7 @@ log = logging.getLogger("tocsin.clock")
 def run_clock(stop: threading.Event | None = None) -> None:
     settings = runtime.start(load_settings())  # once for the process
     from actors.digest import digest_tick
+    from actors.relay import relay_tick
     from actors.scan import tick
     from actors.sweep import sweep
 
@@ -39,12 +40,15 @@ def run_clock(stop: threading.Event | None = None) -> None:
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s clock %(message)s")
-    log.info("scan every %ss, sweep every %ss", settings.scan_interval_seconds,
-             settings.sweep_interval_seconds)
+    log.info("scan every %ss, sweep every %ss, events polled every %ss",
+             settings.scan_interval_seconds, settings.sweep_interval_seconds,
+             settings.events_poll_seconds)
     schedule: list[tuple[dramatiq.Actor[[], None], str, int]] = [
         (tick, "tick", settings.scan_interval_seconds),
         (sweep, "sweep", settings.sweep_interval_seconds),
         (digest_tick, "digest tick", settings.sweep_interval_seconds),  # digests due this minute
+        # The outbox's polling fallback: events whose wake-up was lost are found here.
+        (relay_tick, "relay tick", settings.events_poll_seconds),
     ]
     due = {name: 0.0 for _, name, _ in schedule}
     while not stop.is_set():

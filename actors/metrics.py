@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 import dramatiq
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from db.licences import ClaimCounts
 from domain.delivery import ErrorClass
@@ -59,6 +59,16 @@ EMAIL_ERRORS = Counter(
     "tocsin_email_errors", "Email provider calls that did not end accepted, by error class "
     "(transient: retried; permanent: failed; uncertain: outcome unknown, reconciled).", ["error_class"],
     registry=WORKER_REGISTRY)
+
+RELAY_EVENTS = Counter(
+    "tocsin_relay_events_evaluated", "Outbox events the rules were evaluated on.", registry=WORKER_REGISTRY)
+RELAY_LAG = Histogram(
+    "tocsin_relay_lag_seconds", "From an event's commit to the commit of its evaluation (seconds): the "
+    "outbox lag.", buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0),
+    registry=WORKER_REGISTRY)
+RELAY_BREAKERS_OPEN = Gauge(
+    "tocsin_relay_breakers_open", "Tenants whose relay circuit breaker is open (their events wait "
+    "while it probes).", multiprocess_mode="livesum", registry=WORKER_REGISTRY)
 
 # Every label value exists from the start, at zero: a rate over a series that appears only
 # with its first event reads as "no data", and the alerts would miss the first failures.

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from db.deliveries import schedule_deliveries
+from db.facts import load_all_facts, load_subject_facts
 from db.ledger import notify_statement, write_notices
 from db.recipients import resolve_recipients
 from db.tenancy import TenantTx, tenant_tx
@@ -142,7 +143,7 @@ def _prepare(tx: TenantTx, claim: _Claim, now: datetime | None) -> tuple[int, li
             event_type, trigger = str(event[0]), None if event[1] is None else str(event[1])
             changes = event[2] if isinstance(event[2], dict) else {}
             metadata = event[3] if isinstance(event[3], dict) else {}
-    facts = load_all_facts(tx, claim.subject_id)
+    facts = {**load_subject_facts(tx, claim.subject_id), **load_all_facts(tx, claim.subject_id)}
     context = template_context(facts, event_type=event_type, trigger=trigger, metadata=metadata,
                                changes=changes, rule_name=rule_name)
     title = _render(claim, "title", str(template.get("title") or ""), context)
@@ -216,46 +217,3 @@ def record_preparation_failure(
     if row is None:
         return None
     return FailureRecorded(int(str(row[0])), bool(row[1]))
-
-
-# ---- facts -------------------------------------------------------------------------------
-# A subject's facts by their shared names (field.<name>, form.<form>.<field>,
-# hierarchy.<level>, subject.*). The rules' db/facts.py provides load_all_facts with the
-# same contract; this private copy stands until it is merged.
-
-
-def load_all_facts(tx: TenantTx, subject_id: int) -> dict[str, object]:
-    facts: dict[str, object] = {}
-    subject = tx.conn.execute(
-        """
-        SELECT s.status, s.title, s.kind, s.external_id,
-               coalesce(array_agg(u.email ORDER BY u.email) FILTER (WHERE u.id IS NOT NULL), '{}')
-        FROM subjects s
-        LEFT JOIN subject_assignees a ON a.subject_id = s.id
-        LEFT JOIN users u ON u.id = a.user_id
-        WHERE s.id = %s
-        GROUP BY s.id
-        """,
-        [subject_id],
-    ).fetchone()
-    if subject is None:
-        raise TocsinError(f"subject {subject_id} does not exist")
-    for key, value in zip(("status", "title", "kind", "external_id", "assignees"), subject, strict=True):
-        facts[f"subject.{key}"] = value
-    for row in tx.conn.execute(
-        "SELECT name, value FROM subject_fields WHERE subject_id = %s", [subject_id]
-    ).fetchall():
-        facts[f"field.{row[0]}"] = row[1]
-    for row in tx.conn.execute(
-        "SELECT form, field, value FROM subject_form_answers WHERE subject_id = %s", [subject_id]
-    ).fetchall():
-        facts[f"form.{row[0]}.{row[1]}"] = row[2]
-    for row in tx.conn.execute(
-        """
-        SELECT h.level, u.code FROM subject_hierarchy h JOIN hierarchy_units u ON u.id = h.unit_id
-        WHERE h.subject_id = %s
-        """,
-        [subject_id],
-    ).fetchall():
-        facts[f"hierarchy.{row[0]}"] = row[1]
-    return facts

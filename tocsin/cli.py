@@ -41,6 +41,23 @@ def positive_count(text: str) -> int:
     return value
 
 
+def queue_name(text: str) -> str:
+    """A queue the product's actors use, or a product's own preparation queue."""
+    from domain.preparation_queues import QUEUE_PREFIX, parse_product_queues
+    from tocsin.queues import PRODUCT_QUEUES
+
+    if text in PRODUCT_QUEUES:
+        return text
+    if text.startswith(QUEUE_PREFIX):
+        try:
+            parse_product_queues(text.removeprefix(QUEUE_PREFIX))
+            return text
+        except TocsinError:
+            pass
+    raise argparse.ArgumentTypeError(f"{text!r} is not a queue (one of {', '.join(PRODUCT_QUEUES)}, "
+                                     "or prepare_<product>)")
+
+
 def _out(line: str = "") -> None:
     print(line, flush=True)
 
@@ -298,6 +315,21 @@ def cmd_status(args: argparse.Namespace) -> None:
     sys.exit(EXIT_DEGRADED)
 
 
+def cmd_events_status(args: argparse.Namespace) -> None:
+    from db.relay import backlog
+    from db.tenancy import get_tenant, list_tenants
+
+    tenants = [get_tenant(valid_slug(args.tenant))] if args.tenant else list_tenants(active_only=True)
+    rows = backlog(tenants)
+    if not rows:
+        _out(f"No events waiting or failed in {len(tenants)} tenant(s).")
+        return
+    _out(f"{'TENANT':<24} {'PRODUCT':<14} {'PENDING':>8} {'IN FLIGHT':>9} {'FAILED':>7}  OLDEST WAITING")
+    for r in rows:
+        _out(f"{r.tenant:<24} {r.product:<14} {r.pending:>8} {r.processing:>9} {r.failed:>7}  "
+             f"{_age(r.age) if r.age is not None else '-'}")
+
+
 def cmd_up(args: argparse.Namespace) -> None:
     from tocsin.processes import run_everything
 
@@ -389,6 +421,13 @@ def build_parser() -> Parser:
                 "or a sweep is overdue")
     p.add_argument("--tenant", help="judge one tenant's sweep (default: every active tenant)")
 
+    events = sub.add_parser("events", help="the events outbox")
+    events_sub = events.add_subparsers(dest="events_command", required=True, parser_class=Parser)
+    p = command("status", cmd_events_status,
+                "backlog per tenant and product: events waiting, in flight and failed, and the "
+                "oldest waiting event's age", events_sub)
+    p.add_argument("--tenant", help="one tenant (default: every active tenant)")
+
     p = command("up", cmd_up,
                 "run everything: embedded services, migrate, seed, web + worker + clock")
     demo = p.add_mutually_exclusive_group()
@@ -402,7 +441,7 @@ def build_parser() -> Parser:
     p.add_argument("--threads", type=positive_count, default=4)
     from tocsin.queues import PRODUCT_QUEUES
 
-    p.add_argument("--queues", nargs="+", choices=PRODUCT_QUEUES, metavar="QUEUE",
+    p.add_argument("--queues", nargs="+", type=queue_name, metavar="QUEUE",
                    help=f"consume only these queues (of {', '.join(PRODUCT_QUEUES)}); default: all, "
                         "e.g. a dedicated email worker on its own Procfile line")
     command("clock", cmd_clock, "enqueue the scan tick and the sweep, each on its interval")

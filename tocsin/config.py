@@ -70,6 +70,16 @@ class Settings:
     # Products whose rule notices have a preparation queue of their own (prepare_<code>);
     # the others share prepare_other.
     product_queues: tuple[str, ...] = DEFAULT_PRODUCT_QUEUES
+    # The events relay (actors/relay.py): the polling fallback's interval, whether a commit
+    # wakes the relay at once, events per claimed batch, how long a batch is owned, how many
+    # claims an event gets before it is failed, and the per-tenant circuit breaker.
+    events_poll_seconds: int = 5
+    events_wakeup: bool = True
+    relay_batch: int = 100
+    relay_lease_seconds: int = 60
+    relay_max_attempts: int = 10
+    relay_breaker_failures: int = 3
+    relay_breaker_reset_seconds: int = 30
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -254,4 +264,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         metrics_worker_host=env.get("METRICS_WORKER_HOST") or "127.0.0.1",
         prepare_max_attempts=env_int(env, "PREPARE_MAX_ATTEMPTS", 5),
         product_queues=_product_queues(env),
+        events_poll_seconds=env_int(env, "EVENTS_POLL_SECONDS", 5),
+        events_wakeup=env.get("EVENTS_WAKEUP", "1").strip().lower() not in ("0", "false", "no", "off"),
+        relay_batch=env_int(env, "RELAY_BATCH", 100),
+        relay_lease_seconds=env_int(env, "RELAY_LEASE_SECONDS", 60),
+        relay_max_attempts=env_int(env, "RELAY_MAX_ATTEMPTS", 10),
+        relay_breaker_failures=env_int(env, "RELAY_BREAKER_FAILURES", 3),
+        relay_breaker_reset_seconds=env_int(env, "RELAY_BREAKER_RESET_SECONDS", 30),
     )

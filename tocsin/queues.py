@@ -24,11 +24,15 @@ import pika.exceptions
 import redis
 from redis.exceptions import RedisError
 
+from domain.preparation_queues import DEFAULT_PRODUCT_QUEUES, preparation_queues
 from tocsin.config import Settings
 
 # Every queue the product's actors use (tests/integration/test_status.py checks this
 # against the queues the actors declare): each needs a live consumer.
-PRODUCT_QUEUES = ("scan", "sweep", "digest", "email")
+# The preparation queues are those of the default PRODUCT_QUEUES setting; a queue of a
+# product added to that setting is judged once it holds messages.
+PRODUCT_QUEUES = ("scan", "sweep", "digest", "email", "relay", "evaluate",
+                  *preparation_queues(DEFAULT_PRODUCT_QUEUES))
 CONSUMER_BEAT_SECONDS = 5.0  # seconds between two records of a worker's queues
 CONSUMER_TTL_SECONDS = 3 * CONSUMER_BEAT_SECONDS  # seconds a record lives: two beats may be missed
 

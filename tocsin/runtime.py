@@ -45,6 +45,7 @@ def start_messaging(settings: Settings) -> None:
     connects until it is used."""
     from actors.broker import install_broker
     from actors.dispatch import send_committed_emails
+    from actors.relay import claims_to_prepare_after_commit, wake_relay_after_commit
     from db.tenancy import on_commit
     from tocsin.inbox_events import announce_committed_notifications, configure_announcer
 
@@ -52,3 +53,5 @@ def start_messaging(settings: Settings) -> None:
     configure_announcer(settings)
     on_commit(send_committed_emails)
     on_commit(announce_committed_notifications)
+    on_commit(wake_relay_after_commit)
+    on_commit(claims_to_prepare_after_commit)

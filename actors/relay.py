@@ -1,0 +1,240 @@
+"""The relay: from committed events to evaluated ones, fairly across tenants.
+
+- ``relay_tenant(slug)`` claims one batch of the tenant's ready events (db/relay.py: status +
+  lease + SKIP LOCKED, one batch in flight per tenant) and sends it to ``evaluate_events``.
+- ``evaluate_events(slug, ids)`` runs the rules over the batch in one tenant transaction
+  (db/evaluations.py): ledger claims per (rule, event), the trace, the events marked
+  evaluated; after commit the claims go to their product's preparation queue and the relay
+  is woken for the tenant's next batch. Delivered twice, it finds the events evaluated and
+  does nothing; never delivered, the lease runs out and the relay claims the batch again.
+- ``relay_tick()`` is the polling fallback, sent by the clock every EVENTS_POLL_SECONDS: it
+  finds the tenants with ready events and wakes each once, starting after the tenant the
+  previous tick started with (a rotating cursor), so no tenant waits behind the others.
+
+A commit that records events wakes the relay at once (``wake_relay_after_commit``); that
+message is only a wake-up — losing it delays an event by one polling interval, never drops
+it. Per tenant, a circuit breaker stops a tenant whose processing keeps failing (a broken
+schema) from being retried on every pass, and probes it again after a pause; the other
+tenants never wait for it. A Redis lock per schema keeps two relays off the same tenant at
+once — an optimisation only: the database's SKIP LOCKED and the ledger's unique key are
+what make every case correct.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+import dramatiq
+import pybreaker
+import redis
+
+from actors.metrics import RELAY_BREAKERS_OPEN, RELAY_EVENTS, RELAY_LAG
+from db.evaluations import evaluate_claimed
+from db.relay import claim_events, release_batch, tenants_with_ready_events
+from db.tenancy import TenantTx, list_tenants, tenant_tx
+from tocsin import runtime
+from tocsin.config import Settings
+
+log = logging.getLogger("tocsin.relay")
+
+T = TypeVar("T")
+
+
+class Coordination:
+    """The Redis keys the relay uses as optimisations, under the broker's namespace."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self._redis = client
+        self._ns = namespace
+
+    def request_wake(self, slug: str) -> bool:
+        """True when no wake-up of this tenant is already waiting in the queue (the caller
+        sends one). The relay clears the flag when it starts, so an event committed after
+        that start always gets a wake-up of its own."""
+        return bool(self._redis.set(f"{self._ns}:relay:wake:{slug}", "1", nx=True, ex=30))
+
+    def woken(self, slug: str) -> None:
+        self._redis.delete(f"{self._ns}:relay:wake:{slug}")
+
+    def lock(self, schema: str, seconds: int) -> str | None:
+        token = uuid.uuid4().hex
+        if self._redis.set(f"{self._ns}:relay:lock:{schema}", token, nx=True, ex=seconds):
+            return token
+        return None
+
+    _UNLOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+    def unlock(self, schema: str, token: str) -> None:
+        self._redis.eval(self._UNLOCK, 1, f"{self._ns}:relay:lock:{schema}", token)
+
+    def cursor(self) -> str | None:
+        value = self._redis.get(f"{self._ns}:relay:cursor")
+        return value.decode() if isinstance(value, bytes) else None
+
+    def set_cursor(self, slug: str) -> None:
+        self._redis.set(f"{self._ns}:relay:cursor", slug)
+
+
+_lock = threading.RLock()
+_coordination: tuple[Settings, Coordination] | None = None
+_breakers: dict[str, pybreaker.CircuitBreaker] = {}
+_open: dict[str, float] = {}  # tenants whose breaker is open in this process: since when (monotonic)
+
+
+def coordination() -> Coordination:
+    global _coordination
+    settings = runtime.settings()
+    with _lock:
+        if _coordination is None or _coordination[0] is not settings:
+            client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+            _coordination = (settings, Coordination(client, settings.dramatiq_namespace))
+        return _coordination[1]
+
+
+class _BreakerLog(pybreaker.CircuitBreakerListener):
+    def state_change(self, cb: pybreaker.CircuitBreaker, old_state: object, new_state: object) -> None:
+        state = getattr(new_state, "name", str(new_state))
+        log.warning("breaker tenant=%s %s -> %s", cb.name, getattr(old_state, "name", old_state), state)
+        with _lock:
+            if state == pybreaker.STATE_OPEN:
+                _open[str(cb.name)] = time.monotonic()
+            else:
+                _open.pop(str(cb.name), None)
+            RELAY_BREAKERS_OPEN.set(len(_open))
+
+
+def breaker(slug: str) -> pybreaker.CircuitBreaker:
+    settings = runtime.settings()
+    with _lock:
+        found = _breakers.get(slug)
+        if found is None:
+            found = pybreaker.CircuitBreaker(
+                fail_max=settings.relay_breaker_failures,
+                reset_timeout=settings.relay_breaker_reset_seconds,
+                name=slug, listeners=[_BreakerLog()],
+            )
+            _breakers[slug] = found
+        return found
+
+
+def pausing(slug: str) -> bool:
+    """The tenant's breaker is open and its pause has not run out: claim nothing for it.
+    (The claim itself is not a breaker call: a claim that works says nothing about whether
+    the tenant's evaluation does, and counting it as a success would keep the breaker shut
+    for a tenant whose every evaluation fails.)"""
+    with _lock:
+        since = _open.get(slug)
+    return since is not None and time.monotonic() - since < runtime.settings().relay_breaker_reset_seconds
+
+
+def _guarded(slug: str, work: Callable[[], T]) -> T | None:
+    """Run ``work`` behind the tenant's breaker; None when the breaker is open."""
+    try:
+        return breaker(slug).call(work)
+    except pybreaker.CircuitBreakerError:
+        log.info("tenant=%s skipped: its breaker is open (probed again later)", slug)
+        return None
+
+
+def wake(slug: str) -> None:
+    """Send one relay wake-up for the tenant unless one is already waiting."""
+    if coordination().request_wake(slug):
+        relay_tenant.send(slug)
+
+
+def wake_relay_after_commit(tx: TenantTx) -> None:
+    """After-commit listener (tocsin.runtime.start_messaging): events just recorded."""
+    if tx.events_recorded and runtime.settings().events_wakeup:
+        wake(tx.tenant.slug)
+
+
+def claims_to_prepare_after_commit(tx: TenantTx) -> None:
+    """After-commit listener: hand new rule claims to their product's preparation queue."""
+    if tx.claims_to_prepare:
+        from actors.prepare import send_preparation
+
+        by_product: dict[str, list[int]] = {}
+        for product, ledger_id in tx.claims_to_prepare:
+            by_product.setdefault(product, []).append(ledger_id)
+        for product, ids in by_product.items():
+            send_preparation(tx.tenant.slug, product, ids)
+
+
+@dramatiq.actor(queue_name="relay", time_limit=60_000, max_age=10 * 60_000)  # milliseconds
+def relay_tenant(slug: str) -> None:
+    settings = runtime.settings()
+    coord = coordination()
+    coord.woken(slug)  # an event committed from now on sends a wake-up of its own
+
+    def claim() -> list[int]:
+        with tenant_tx(slug) as tx:
+            lock = coord.lock(tx.tenant.schema, settings.relay_lease_seconds)
+            if lock is None:
+                return []  # another relay is on this schema right now
+            try:
+                batch = claim_events(tx, limit=settings.relay_batch,
+                                     lease_seconds=settings.relay_lease_seconds,
+                                     max_attempts=settings.relay_max_attempts)
+            finally:
+                coord.unlock(tx.tenant.schema, lock)
+        if batch.failed:
+            log.error("tenant=%s %d event(s) failed after %d attempts", slug, batch.failed,
+                      settings.relay_max_attempts)
+        return batch.event_ids
+
+    if pausing(slug):
+        log.info("tenant=%s skipped: its breaker is open (probed again later)", slug)
+        return
+    ids = claim()
+    if ids:
+        evaluate_events.send(slug, ids)
+
+
+@dramatiq.actor(queue_name="evaluate", time_limit=5 * 60_000, max_age=60 * 60_000, max_retries=0)
+def evaluate_events(slug: str, event_ids: list[int]) -> None:
+    def evaluate() -> int:
+        with tenant_tx(slug) as tx:
+            report = evaluate_claimed(tx, event_ids)
+        for lag in report.lags:
+            RELAY_LAG.observe(lag)
+        return report.evaluated
+
+    try:
+        evaluated = _guarded(slug, evaluate)
+    except Exception as error:
+        # The failed transaction rolled back; say so in a fresh one, so the next pass
+        # retries the batch at once instead of waiting for its lease (attempts bound it).
+        log.exception("tenant=%s evaluation of %d event(s) failed", slug, len(event_ids))
+        try:
+            with tenant_tx(slug) as tx:
+                release_batch(tx, event_ids, f"{type(error).__name__}: {error}")
+        except Exception:
+            log.exception("tenant=%s could not release the batch (its lease will run out)", slug)
+        return
+    if evaluated is None:
+        return  # breaker open: the lease runs out and a later pass claims the batch again
+    RELAY_EVENTS.inc(evaluated)
+    wake(slug)  # the tenant's next batch, if any
+
+
+@dramatiq.actor(queue_name="relay", time_limit=60_000, max_age=60_000)  # milliseconds
+def relay_tick() -> None:
+    """The polling fallback: wake every tenant whose outbox holds a ready event."""
+    tenants = list_tenants(active_only=True)
+    coord = coordination()
+    start = coord.cursor()
+    slugs = [t.slug for t in tenants]
+    if start in slugs:  # rotate: begin just after the tenant the last tick began with
+        i = slugs.index(start) + 1
+        tenants = tenants[i:] + tenants[:i]
+    ready = tenants_with_ready_events(tenants)
+    for slug in ready:
+        wake(slug)
+    if tenants:
+        coord.set_cursor(tenants[0].slug)
+    log.info("relay tick: %d of %d tenant(s) had events waiting", len(ready), len(slugs))
