@@ -7,10 +7,10 @@ subjects of 60 static fields, 200 form answers (10 forms x 20 questions, free-te
 of about ``--answer-chars`` characters) and 6 hierarchy levels, and 500 rules saved through
 db.rules (100 creation rules, 400 update rules over the product's five trigger types; the
 field and form rules name their field or form in trigger metadata; every rule references at
-most 3 facts, stored facts drawn uniformly). Then it evaluates the same ``--events`` events
-twice, in alternating rounds: each evaluation is phases 1-4 for one event against the
-tenant's rules in its own tenant transaction (subject row, candidate rules in SQL, phases
-2-4), and only the fact loader differs:
+most 3 facts, stored facts drawn uniformly from ``--vocabulary`` of the 266, all by
+default). Then it evaluates the same ``--events`` events twice, in alternating rounds:
+each evaluation is phases 1-4 for one event against the tenant's rules in its own tenant
+transaction (subject row, candidate rules in SQL, phases 2-4), and only the fact loader differs:
 
   (a) targeted: db.facts.load_facts, only the keys the surviving rules reference, at most
       one query per family per phase;
@@ -52,9 +52,13 @@ def _form(n: int) -> str:
     return f"form{n}"
 
 
-def _stored_fact(rng: random.Random) -> tuple[str, dict[str, Any]]:
-    """A stored fact and a condition on it that holds for about half the subjects."""
-    pick = rng.randrange(FIELDS + FORMS * QUESTIONS + len(LEVELS))
+ALL_STORED = FIELDS + FORMS * QUESTIONS + len(LEVELS)  # 266 stored facts per subject
+
+
+def _stored_fact(rng: random.Random, vocabulary: list[int]) -> tuple[str, dict[str, Any]]:
+    """A stored fact of the rules' vocabulary and a condition on it that holds for about
+    half the subjects."""
+    pick = rng.choice(vocabulary)
     if pick < FIELDS:
         name = f"field.{_field(pick)}"
         return name, {"fact": name, "op": "greater", "value": 50}
@@ -67,7 +71,7 @@ def _stored_fact(rng: random.Random) -> tuple[str, dict[str, Any]]:
                                   "value": [f"{level}{u}" for u in range(UNITS_PER_LEVEL // 2)]}
 
 
-def _rules(rng: random.Random) -> list[dict[str, Any]]:
+def _rules(rng: random.Random, vocabulary: list[int]) -> list[dict[str, Any]]:
     actions = {"channels": ["in_app"], "category": "case_alert", "recipients": [{"type": "assignees"}],
                "template": {"title": "Case {{ subject.title }}", "body": "A rule fired."}}
     rules = []
@@ -93,9 +97,9 @@ def _rules(rng: random.Random) -> list[dict[str, Any]]:
             elif t == "assigned":
                 conditions.append({"fact": "subject.assignees", "op": "not_empty"})
         budget = 3 - len([c for c in conditions if not c["fact"].startswith("subject.")])
-        _, condition = _stored_fact(rng)
+        _, condition = _stored_fact(rng, vocabulary)
         conditions.append(condition)
-        filters = [_stored_fact(rng)[1] for _ in range(rng.randrange(0, min(2, budget - 1) + 1))]
+        filters = [_stored_fact(rng, vocabulary)[1] for _ in range(rng.randrange(0, min(2, budget - 1) + 1))]
         rules.append({"name": f"rule {n:03d}", "product": "bench", "kind": kind, "trigger": trigger,
                       "conditions": {"all": conditions}, "filters": {"all": filters},
                       "actions": actions})
@@ -107,7 +111,8 @@ def _accept(text: str) -> list[str]:
     return []
 
 
-def _build(slug: str, subjects: int, answer_chars: int, rng: random.Random) -> list[int]:
+def _build(slug: str, subjects: int, answer_chars: int, vocabulary: list[int],
+           rng: random.Random) -> list[int]:
     from psycopg.types.json import Jsonb
 
     from db.rules import create_rule, update_rule
@@ -150,7 +155,7 @@ def _build(slug: str, subjects: int, answer_chars: int, rng: random.Random) -> l
                 copy.write_row((s, user[0]))
         for table in ("subject_fields", "subject_form_answers", "subject_hierarchy", "rules"):
             tx.conn.execute(f"ANALYZE {table}")
-    definitions = _rules(rng)
+    definitions = _rules(rng, vocabulary)
     with tenant_tx(slug) as tx:
         saved = [create_rule(tx, d, "bench", _accept) for d in definitions]
         # A quarter edited once, as a tenant's rules are: versions 2 in phase 1's answers.
@@ -239,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subjects", type=int, default=200)
     parser.add_argument("--answer-chars", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per loader")
+    parser.add_argument("--vocabulary", type=int, default=ALL_STORED,
+                        help=f"how many distinct stored facts the rules draw from (default: all "
+                             f"{ALL_STORED}, uniformly)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     with bench_services(print, quiet=True):
@@ -256,7 +264,8 @@ def _run(args: argparse.Namespace) -> int:
     with connection() as conn, conn.transaction():
         conn.execute("UPDATE control.tenants SET status = 'suspended' WHERE id = %s", [tenant.id])
     try:
-        subjects = _build(slug, args.subjects, args.answer_chars, rng)
+        vocabulary = rng.sample(range(ALL_STORED), min(args.vocabulary, ALL_STORED))
+        subjects = _build(slug, args.subjects, args.answer_chars, vocabulary, rng)
         events = _events(args.events, subjects, rng)
         _evaluate(slug, events[:200], _targeted)  # warm: caches, plans, parsed rules
         _evaluate(slug, events[:200], _everything)
@@ -276,7 +285,8 @@ def _run(args: argparse.Namespace) -> int:
         a, b = len(events) / seconds["targeted"], len(events) / seconds["everything"]
         fired_total = sum(len(f) for f in results["targeted"])
         print(f"rules: 500 (100 created, 400 updated); subjects: {len(subjects)} x ({FIELDS} fields, "
-              f"{FORMS * QUESTIONS} form answers of ~{args.answer_chars} chars, {len(LEVELS)} levels)")
+              f"{FORMS * QUESTIONS} form answers of ~{args.answer_chars} chars, {len(LEVELS)} levels); "
+              f"rules draw their stored facts from {len(vocabulary)} of {ALL_STORED}")
         print(f"events evaluated: {len(events):,} per loader; rules fired: {fired_total:,} (same both ways)")
         print(f"(a) targeted loading:    {seconds['targeted']:8.3f} s  {a:10,.0f} evaluations/s")
         print(f"(b) load every fact:     {seconds['everything']:8.3f} s  {b:10,.0f} evaluations/s")
