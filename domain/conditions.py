@@ -37,6 +37,7 @@ MAX_TEXT_VALUE = 1000  # characters of one string value
 
 NAME = r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,63}"
 LEVEL = r"[a-z][a-z0-9_]{0,31}"
+STORED_FAMILIES = ("field", "form", "hierarchy")  # loaded from the database; the rest is at hand
 SUBJECT_FACTS = ("status", "title", "kind", "external_id", "assignees")
 _FACT = re.compile(
     rf"field\.(?P<field>{NAME})"
@@ -325,10 +326,42 @@ class Facts:
 _MISSING = object()
 
 
-def evaluate(tree: Mapping[str, Any], facts: Facts, path: str = "conditions"
-             ) -> tuple[bool, list[LeafTrace]]:
+def stored(leaf: Mapping[str, Any]) -> bool:
+    """Whether a leaf needs a stored fact (not the event's changes, not the subject row)."""
+    fact = parse_fact(leaf["fact"])
+    return leaf["op"] not in CHANGE_OPS and fact is not None and fact.family in STORED_FAMILIES
+
+
+def prejudge(tree: Mapping[str, Any], facts: Facts) -> bool | None:
+    """The tree's result from the facts at hand alone (the event's changes, the subject
+    row, the event metadata), or None when it depends on stored facts not loaded yet
+    (three-valued: an "all" with a false leaf is false whatever the others hold)."""
+    def node(n: Mapping[str, Any]) -> bool | None:
+        if "all" in n or "any" in n:
+            key, items = next(iter(n.items()))
+            results = [node(item) for item in items]
+            if key == "all":
+                return False if False in results else None if None in results else True
+            return True if True in results else None if None in results else False
+        if stored(n):
+            return None
+        source = facts.changes if n["op"] in CHANGE_OPS else facts.values
+        seen = source.get(n["fact"], _MISSING)
+        missing = seen is _MISSING
+        return _apply(n["op"], None if missing else seen, missing, n.get("value"))[0]
+
+    return node(tree)
+
+
+NOT_LOADED = "not loaded: the facts at hand already decide the result"
+
+
+def evaluate(tree: Mapping[str, Any], facts: Facts, path: str = "conditions",
+             not_loaded: bool = False) -> tuple[bool, list[LeafTrace]]:
     """Whether a valid tree holds for the facts, and the trace of every leaf (all leaves
-    are evaluated, so the trace shows everything an admin may ask about)."""
+    are evaluated, so the trace shows everything an admin may ask about). With
+    ``not_loaded``, stored facts were deliberately not loaded (prejudge decided): their
+    leaves are traced as not loaded instead of missing."""
     trace: list[LeafTrace] = []
 
     def group(node: Mapping[str, Any], at: str) -> bool:
@@ -344,6 +377,9 @@ def evaluate(tree: Mapping[str, Any], facts: Facts, path: str = "conditions"
 
     def leaf(node: Mapping[str, Any], at: str) -> bool:
         fact, op, expected = node["fact"], node["op"], node.get("value")
+        if not_loaded and stored(node):
+            trace.append(LeafTrace(at, fact, op, expected, None, True, False, NOT_LOADED))
+            return False
         source = facts.changes if op in CHANGE_OPS else facts.values
         seen = source.get(fact, _MISSING)
         missing = seen is _MISSING

@@ -3,9 +3,10 @@
 Phase 2 (in memory, free): drop rules whose trigger filter does not match the event (the
 subject kind, the event metadata such as the form submitted). Phase 3: load, in ONE call
 of the loader for all survivors, the stored facts their trigger conditions reference, and
-evaluate those conditions. Phase 4: load (in one more call) whatever further facts the
-filter criteria of the rules still standing reference, and evaluate them. A phase that
-needs no stored fact does not call the loader at all.
+evaluate those conditions (a rule whose conditions already fail on the facts at hand, the
+event's changes and the subject row, asks for nothing). Phase 4: load (in one more call)
+whatever further facts the filter criteria of the rules still standing reference, and
+evaluate them. A phase that needs no stored fact does not call the loader at all.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from domain.conditions import Facts, LeafTrace, WantedFacts, evaluate
+from domain.conditions import Facts, LeafTrace, WantedFacts, evaluate, prejudge
 from domain.rules import RuleDefinition
 
 # Given the stored facts wanted (by family), their values by fact name; a fact the subject
@@ -109,13 +110,19 @@ def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
             facts.update(load(missing))
             asked = asked.union(missing)
 
+    # Phase 3. A rule whose conditions already fail on the facts at hand (a change it
+    # wants did not happen, a status it wants is another) loads nothing.
+    at_hand = Facts(facts, event.changes)
+    decided_false = {c.id for c in survivors if prejudge(c.definition.conditions, at_hand) is False}
     wanted = WantedFacts()
     for c in survivors:
-        wanted = wanted.union(c.definition.condition_facts())
+        if c.id not in decided_false:
+            wanted = wanted.union(c.definition.condition_facts())
     load_for(wanted)
     passed: list[tuple[Candidate, tuple[LeafTrace, ...]]] = []
     for c in survivors:
-        held, trace = evaluate(c.definition.conditions, Facts(facts, event.changes), "conditions")
+        held, trace = evaluate(c.definition.conditions, Facts(facts, event.changes), "conditions",
+                               not_loaded=c.id in decided_false)
         if held:
             passed.append((c, tuple(trace)))
         else:

@@ -82,11 +82,18 @@ class RuleDefinition:
         return {"name": self.name, "product": self.product, "kind": self.kind, "trigger": trigger,
                 "conditions": self.conditions, "filters": self.filters, "actions": self.actions}
 
+    def __post_init__(self) -> None:
+        # Asked for each candidate of every event: computed once per parsed definition.
+        object.__setattr__(self, "_condition_facts", facts_to_load(self.conditions))
+        object.__setattr__(self, "_filter_facts", facts_to_load(self.filters))
+
     def condition_facts(self) -> WantedFacts:
-        return facts_to_load(self.conditions)
+        facts: WantedFacts = self.__dict__["_condition_facts"]
+        return facts
 
     def filter_facts(self) -> WantedFacts:
-        return facts_to_load(self.filters)
+        facts: WantedFacts = self.__dict__["_filter_facts"]
+        return facts
 
 
 def parse_rule(data: object, template_check: TemplateCheck = check_with_sandbox,

@@ -133,3 +133,23 @@ def test_a_missing_fact_gives_its_defined_result_in_the_trace() -> None:
     assert (outcome.fired, outcome.phase, outcome.reason) == (
         False, Phase.FILTERS, "filter criteria do not hold")
     assert len(loader.calls) == 2
+
+
+def test_a_rule_already_failing_on_the_facts_at_hand_loads_nothing() -> None:
+    candidates = [
+        rule(1, conditions=[{"fact": "subject.status", "op": "changed_to", "value": "closed"},
+                            {"fact": "field.amount", "op": "greater", "value": 1}]),
+        rule(2, conditions=[{"any": [{"fact": "subject.status", "op": "changed_to", "value": "closed"},
+                                     {"fact": "hierarchy.region", "op": "equals", "value": "north"}]}]),
+    ]
+    loader = RecordingLoader()
+    first, second = evaluate_event(candidates, EVENT, loader)
+    # Rule 1's status moved to review, not closed: its amount is never asked for. Rule 2's
+    # "any" still depends on the region, which is loaded.
+    assert loader.calls == [WantedFacts(levels=frozenset({"region"}))]
+    assert (first.fired, first.phase) == (False, Phase.CONDITIONS)
+    assert first.conditions[1].to_json() == {
+        "path": "conditions.all[1]", "fact": "field.amount", "op": "greater", "expected": 1,
+        "result": False, "missing": True,
+        "reason": "not loaded: the facts at hand already decide the result"}
+    assert second.fired and second.conditions[1].seen == "north"
