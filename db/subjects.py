@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import tuple_row
 
 from domain.events import EventIn, InvalidEvents, JsonValue, Problem, SubjectState, apply_event
 
@@ -47,20 +48,24 @@ def _look_up(cur: Cursor, schema: str, events: Sequence[EventIn]) -> _Known:
     products = sorted({e.product for e in events})
     emails = sorted({a for e in events for a in (e.subject.assignees or ())})
     units = sorted({(level, code) for e in events for level, code in e.subject.hierarchy.items()})
-    cur.execute(schema_sql(schema, "SELECT code, subject_kinds, trigger_types FROM {s}.products "
-                           "WHERE code = ANY(%s)"), [products])
-    known_products = {str(r[0]): (list(r[1]), list(r[2])) for r in cur.fetchall()}
-    known_users: dict[str, int] = {}
-    if emails:
-        cur.execute(schema_sql(schema, "SELECT lower(email), id FROM {s}.users "
-                               "WHERE lower(email) = ANY(%s) AND deactivated_at IS NULL"), [emails])
-        known_users = {str(r[0]): int(r[1]) for r in cur.fetchall()}
-    known_units: dict[tuple[str, str], int] = {}
-    if units:
-        cur.execute(schema_sql(schema, "SELECT u.level, u.code, u.id FROM {s}.hierarchy_units u "
-                               "JOIN unnest(%s::text[], %s::text[]) AS w (level, code) USING (level, code)"),
-                    [[u[0] for u in units], [u[1] for u in units]])
-        known_units = {(str(r[0]), str(r[1])): int(r[2]) for r in cur.fetchall()}
+    conn = cur.connection
+    # Each lookup on its own cursor, all sent before any is read: in the caller's pipeline
+    # they cost one round trip.
+    with conn.cursor(row_factory=tuple_row) as p_cur, conn.cursor(row_factory=tuple_row) as u_cur, \
+            conn.cursor(row_factory=tuple_row) as h_cur:
+        p_cur.execute(schema_sql(schema, "SELECT code, subject_kinds, trigger_types FROM {s}.products "
+                                         "WHERE code = ANY(%s)"), [products])
+        if emails:
+            u_cur.execute(schema_sql(schema, "SELECT lower(email), id FROM {s}.users "
+                                             "WHERE lower(email) = ANY(%s) AND deactivated_at IS NULL"), [emails])
+        if units:
+            h_cur.execute(schema_sql(schema, "SELECT u.level, u.code, u.id FROM {s}.hierarchy_units u "
+                                             "JOIN unnest(%s::text[], %s::text[]) AS w (level, code) "
+                                             "USING (level, code)"),
+                          [[u[0] for u in units], [u[1] for u in units]])
+        known_products = {str(r[0]): (list(r[1]), list(r[2])) for r in p_cur.fetchall()}
+        known_users = {str(r[0]): int(r[1]) for r in u_cur.fetchall()} if emails else {}
+        known_units = {(str(r[0]), str(r[1])): int(r[2]) for r in h_cur.fetchall()} if units else {}
     return _Known(known_products, known_users, known_units)
 
 
