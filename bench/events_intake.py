@@ -74,8 +74,8 @@ def _build() -> tuple[str, str]:
     tenant = create_tenant(SLUG, "Bench Intake", "Europe/London")
     with tenant_tx(SLUG) as tx:
         create_product(tx, "fraud", "Fraud cases", ("case",))
-        tx.conn.execute("INSERT INTO users (email, role) SELECT 'analyst' || g || '@bench.example', 'member' "
-                        "FROM generate_series(1, 20) g")
+        tx.conn.execute("INSERT INTO users (email, role) "
+                        "SELECT 'analyst' || g || '@bench.example', 'member' FROM generate_series(1, 20) g")
         for region in ("north", "south", "east", "west"):
             add_unit(tx, "region", region, region.title())
     return tenant.schema, create_api_key(SLUG, "bench")[1]
@@ -138,7 +138,8 @@ def _in_parallel(jobs: list[Callable[[], None]]) -> float:
 def _through_api(base: str, key: str, n: int, concurrency: int, first: int = 0) -> float:
     from tocsin.client import TocsinClient
 
-    batches = [[_event(first + i) for i in range(start, min(start + BATCH, n))] for start in range(0, n, BATCH)]
+    batches = [[_event(first + i) for i in range(start, min(start + BATCH, n))]
+               for start in range(0, n, BATCH)]
 
     def sender(lane: int) -> Callable[[], None]:
         def send() -> None:
@@ -162,7 +163,8 @@ def _raw_insert(database_url: str, schema: str, concurrency: int, after_id: int)
     chunks = [rows[i:i + BATCH] for i in range(0, len(rows), BATCH)]
     from psycopg.types.json import Jsonb
 
-    prepared = [[(r[0], r[1], r[2], r[3], Jsonb(r[4]), Jsonb(r[5]), r[6], r[7]) for r in chunk] for chunk in chunks]
+    prepared = [[(r[0], r[1], r[2], r[3], Jsonb(r[4]), Jsonb(r[5]), r[6], r[7]) for r in chunk]
+                for chunk in chunks]
     connections = [psycopg.connect(database_url) for _ in range(concurrency)]
 
     def inserter(lane: int) -> Callable[[], None]:
@@ -233,7 +235,8 @@ def measure_intake(say: Callable[[str], None], n: int, concurrency: int = 4) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=4, help="API clients and raw connections")
     args = parser.parse_args(argv)

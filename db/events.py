@@ -106,8 +106,9 @@ def backlog(tx: TenantTx) -> list[Backlog]:
 def event_row(conn: Connection, schema: str, event_id: int) -> dict[str, Any] | None:
     """One event as stored (for the CLI and the tests)."""
     with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(schema_sql(schema, "SELECT id, product, subject_id, event_type, trigger_type, changes, metadata, "
-                               "occurred_at, source, status FROM {s}.events WHERE id = %s"), [event_id])
+        cur.execute(schema_sql(schema, "SELECT id, product, subject_id, event_type, trigger_type, changes, "
+                                       "metadata, occurred_at, source, status FROM {s}.events WHERE id = %s"),
+                    [event_id])
         row = cur.fetchone()
         names = [d.name for d in cur.description or []]
     return None if row is None else dict(zip(names, row, strict=True))

@@ -56,8 +56,8 @@ def _look_up(cur: Cursor, schema: str, events: Sequence[EventIn]) -> _Known:
         p_cur.execute(schema_sql(schema, "SELECT code, subject_kinds, trigger_types FROM {s}.products "
                                          "WHERE code = ANY(%s)"), [products])
         if emails:
-            u_cur.execute(schema_sql(schema, "SELECT lower(email), id FROM {s}.users "
-                                             "WHERE lower(email) = ANY(%s) AND deactivated_at IS NULL"), [emails])
+            u_cur.execute(schema_sql(schema, "SELECT lower(email), id FROM {s}.users WHERE lower(email) "
+                                             "= ANY(%s) AND deactivated_at IS NULL"), [emails])
         if units:
             h_cur.execute(schema_sql(schema, "SELECT u.level, u.code, u.id FROM {s}.hierarchy_units u "
                                              "JOIN unnest(%s::text[], %s::text[]) AS w (level, code) "
@@ -96,7 +96,10 @@ def _check(events: Sequence[EventIn], prefixes: Sequence[str], known: _Known) ->
         raise InvalidEvents(problems)
 
 
-def _lock_subjects(cur: Cursor, schema: str, keys: list[SubjectKey]) -> dict[SubjectKey, tuple[int, bool, SubjectState]]:
+Registered = dict[SubjectKey, tuple[int, bool, SubjectState]]  # key -> (id, created now, state)
+
+
+def _lock_subjects(cur: Cursor, schema: str, keys: list[SubjectKey]) -> Registered:
     """Create the subjects not yet registered and lock every one the batch touches (in one
     order, so two batches never deadlock), with what the register holds of them."""
     cur.execute(schema_sql(schema, """
@@ -105,12 +108,12 @@ def _lock_subjects(cur: Cursor, schema: str, keys: list[SubjectKey]) -> dict[Sub
         ON CONFLICT (product, kind, external_id) DO UPDATE SET title = s.title
         RETURNING s.product, s.kind, s.external_id, s.id, s.xmax = 0, s.title, s.status, s.time_zone
         """), [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]])
-    return {(str(r[0]), str(r[1]), str(r[2])): (int(r[3]), bool(r[4]), SubjectState(str(r[5]), str(r[6]), r[7]))
-            for r in cur.fetchall()}
+    return {(str(r[0]), str(r[1]), str(r[2])):
+            (int(r[3]), bool(r[4]), SubjectState(str(r[5]), str(r[6]), r[7])) for r in cur.fetchall()}
 
 
 def _load_facts(cur: Cursor, schema: str, events: Sequence[EventIn],
-                subjects: dict[SubjectKey, tuple[int, bool, SubjectState]]) -> dict[int, SubjectState]:
+                subjects: Registered) -> dict[int, SubjectState]:
     """What the register holds of the facts this batch sets, for the subjects that existed
     before it (one query per family, only for the keys the batch names)."""
     states = {sid: state for sid, _, state in subjects.values()}
@@ -145,9 +148,9 @@ def _load_facts(cur: Cursor, schema: str, events: Sequence[EventIn],
         for sid, name, value in cur.fetchall():
             found_fields.setdefault(int(sid), {})[str(name)] = value
     if forms:
-        cur.execute(schema_sql(schema, "SELECT f.subject_id, f.form, f.field, f.value FROM {s}.subject_form_answers f "
-                               "JOIN unnest(%s::bigint[], %s::text[], %s::text[]) AS w (subject_id, form, field) "
-                               "USING (subject_id, form, field)"),
+        cur.execute(schema_sql(schema, "SELECT f.subject_id, f.form, f.field, f.value "
+                               "FROM {s}.subject_form_answers f JOIN unnest(%s::bigint[], %s::text[], "
+                               "%s::text[]) AS w (subject_id, form, field) USING (subject_id, form, field)"),
                     [[f[0] for f in forms], [f[1] for f in forms], [f[2] for f in forms]])
         for sid, form, name, value in cur.fetchall():
             found_forms.setdefault(int(sid), {})[(str(form), str(name))] = value
@@ -211,16 +214,19 @@ def _write(cur: Cursor, schema: str, before: dict[int, SubjectState], after: dic
             ON CONFLICT (subject_id, name) DO UPDATE SET value = EXCLUDED.value
             """), [[f[0] for f in fields], [f[1] for f in fields],
                    [json.dumps(after[sid].fields[name]) for sid, name in fields]])
-    forms = sorted({(sid, form, name) for sid, evs in touched.items() for e in evs for form, name in e.subject.forms})
+    forms = sorted({(sid, form, name) for sid, evs in touched.items() for e in evs
+                    for form, name in e.subject.forms})
     if forms:
         cur.execute(schema_sql(schema, """
             INSERT INTO {s}.subject_form_answers (subject_id, form, field, value)
             SELECT w.subject_id, w.form, w.field, w.value::jsonb
-            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) AS w (subject_id, form, field, value)
+            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[])
+                 AS w (subject_id, form, field, value)
             ON CONFLICT (subject_id, form, field) DO UPDATE SET value = EXCLUDED.value, submitted_at = now()
             """), [[f[0] for f in forms], [f[1] for f in forms], [f[2] for f in forms],
                    [json.dumps(after[sid].forms[(form, name)]) for sid, form, name in forms]])
-    levels = sorted({(sid, level) for sid, evs in touched.items() for e in evs for level in e.subject.hierarchy})
+    levels = sorted({(sid, level) for sid, evs in touched.items() for e in evs
+                     for level in e.subject.hierarchy})
     if levels:
         cur.execute(schema_sql(schema, """
             INSERT INTO {s}.subject_hierarchy (subject_id, level, unit_id)
