@@ -41,7 +41,15 @@ def record_events_in(cur: Cursor, schema: str, events: Sequence[EventIn], source
         raise ValueError(f"unknown event source {source!r}")
     if not events:
         return []
-    placed = update_register(cur, schema, events, prefixes or [""] * len(events))
+    # Pipelined: the register's writes and the insert go to the server together, in one
+    # round trip, instead of one round trip per statement.
+    with cur.connection.pipeline():
+        return _record(cur, schema, events, source, prefixes or [""] * len(events))
+
+
+def _record(cur: Cursor, schema: str, events: Sequence[EventIn], source: str,
+            prefixes: Sequence[str]) -> list[Recorded]:
+    placed = update_register(cur, schema, events, prefixes)
     cur.execute(schema_sql(schema, """
         INSERT INTO {s}.events (product, subject_id, event_type, trigger_type, changes, metadata,
                                 occurred_at, source)
@@ -98,8 +106,9 @@ def backlog(tx: TenantTx) -> list[Backlog]:
 def event_row(conn: Connection, schema: str, event_id: int) -> dict[str, Any] | None:
     """One event as stored (for the CLI and the tests)."""
     with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(schema_sql(schema, "SELECT id, product, subject_id, event_type, trigger_type, changes, metadata, "
-                               "occurred_at, source, status FROM {s}.events WHERE id = %s"), [event_id])
+        cur.execute(schema_sql(schema, "SELECT id, product, subject_id, event_type, trigger_type, changes, "
+                                       "metadata, occurred_at, source, status FROM {s}.events WHERE id = %s"),
+                    [event_id])
         row = cur.fetchone()
         names = [d.name for d in cur.description or []]
     return None if row is None else dict(zip(names, row, strict=True))

@@ -45,7 +45,8 @@ def create_product(tx: TenantTx, code: str, name: str, kinds: tuple[str, ...] = 
 
 
 def list_products(tx: TenantTx) -> list[Product]:
-    rows = tx.conn.execute("SELECT code, name, subject_kinds, trigger_types FROM products ORDER BY code").fetchall()
+    rows = tx.conn.execute(
+        "SELECT code, name, subject_kinds, trigger_types FROM products ORDER BY code").fetchall()
     return [Product(str(r[0]), str(r[1]), tuple(r[2]), tuple(r[3])) for r in rows]  # type: ignore[arg-type]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import tuple_row
 
 from domain.events import EventIn, InvalidEvents, JsonValue, Problem, SubjectState, apply_event
 
@@ -47,20 +48,24 @@ def _look_up(cur: Cursor, schema: str, events: Sequence[EventIn]) -> _Known:
     products = sorted({e.product for e in events})
     emails = sorted({a for e in events for a in (e.subject.assignees or ())})
     units = sorted({(level, code) for e in events for level, code in e.subject.hierarchy.items()})
-    cur.execute(schema_sql(schema, "SELECT code, subject_kinds, trigger_types FROM {s}.products "
-                           "WHERE code = ANY(%s)"), [products])
-    known_products = {str(r[0]): (list(r[1]), list(r[2])) for r in cur.fetchall()}
-    known_users: dict[str, int] = {}
-    if emails:
-        cur.execute(schema_sql(schema, "SELECT lower(email), id FROM {s}.users "
-                               "WHERE lower(email) = ANY(%s) AND deactivated_at IS NULL"), [emails])
-        known_users = {str(r[0]): int(r[1]) for r in cur.fetchall()}
-    known_units: dict[tuple[str, str], int] = {}
-    if units:
-        cur.execute(schema_sql(schema, "SELECT u.level, u.code, u.id FROM {s}.hierarchy_units u "
-                               "JOIN unnest(%s::text[], %s::text[]) AS w (level, code) USING (level, code)"),
-                    [[u[0] for u in units], [u[1] for u in units]])
-        known_units = {(str(r[0]), str(r[1])): int(r[2]) for r in cur.fetchall()}
+    conn = cur.connection
+    # Each lookup on its own cursor, all sent before any is read: in the caller's pipeline
+    # they cost one round trip.
+    with conn.cursor(row_factory=tuple_row) as p_cur, conn.cursor(row_factory=tuple_row) as u_cur, \
+            conn.cursor(row_factory=tuple_row) as h_cur:
+        p_cur.execute(schema_sql(schema, "SELECT code, subject_kinds, trigger_types FROM {s}.products "
+                                         "WHERE code = ANY(%s)"), [products])
+        if emails:
+            u_cur.execute(schema_sql(schema, "SELECT lower(email), id FROM {s}.users WHERE lower(email) "
+                                             "= ANY(%s) AND deactivated_at IS NULL"), [emails])
+        if units:
+            h_cur.execute(schema_sql(schema, "SELECT u.level, u.code, u.id FROM {s}.hierarchy_units u "
+                                             "JOIN unnest(%s::text[], %s::text[]) AS w (level, code) "
+                                             "USING (level, code)"),
+                          [[u[0] for u in units], [u[1] for u in units]])
+        known_products = {str(r[0]): (list(r[1]), list(r[2])) for r in p_cur.fetchall()}
+        known_users = {str(r[0]): int(r[1]) for r in u_cur.fetchall()} if emails else {}
+        known_units = {(str(r[0]), str(r[1])): int(r[2]) for r in h_cur.fetchall()} if units else {}
     return _Known(known_products, known_users, known_units)
 
 
@@ -91,7 +96,10 @@ def _check(events: Sequence[EventIn], prefixes: Sequence[str], known: _Known) ->
         raise InvalidEvents(problems)
 
 
-def _lock_subjects(cur: Cursor, schema: str, keys: list[SubjectKey]) -> dict[SubjectKey, tuple[int, bool, SubjectState]]:
+Registered = dict[SubjectKey, tuple[int, bool, SubjectState]]  # key -> (id, created now, state)
+
+
+def _lock_subjects(cur: Cursor, schema: str, keys: list[SubjectKey]) -> Registered:
     """Create the subjects not yet registered and lock every one the batch touches (in one
     order, so two batches never deadlock), with what the register holds of them."""
     cur.execute(schema_sql(schema, """
@@ -100,12 +108,12 @@ def _lock_subjects(cur: Cursor, schema: str, keys: list[SubjectKey]) -> dict[Sub
         ON CONFLICT (product, kind, external_id) DO UPDATE SET title = s.title
         RETURNING s.product, s.kind, s.external_id, s.id, s.xmax = 0, s.title, s.status, s.time_zone
         """), [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]])
-    return {(str(r[0]), str(r[1]), str(r[2])): (int(r[3]), bool(r[4]), SubjectState(str(r[5]), str(r[6]), r[7]))
-            for r in cur.fetchall()}
+    return {(str(r[0]), str(r[1]), str(r[2])):
+            (int(r[3]), bool(r[4]), SubjectState(str(r[5]), str(r[6]), r[7])) for r in cur.fetchall()}
 
 
 def _load_facts(cur: Cursor, schema: str, events: Sequence[EventIn],
-                subjects: dict[SubjectKey, tuple[int, bool, SubjectState]]) -> dict[int, SubjectState]:
+                subjects: Registered) -> dict[int, SubjectState]:
     """What the register holds of the facts this batch sets, for the subjects that existed
     before it (one query per family, only for the keys the batch names)."""
     states = {sid: state for sid, _, state in subjects.values()}
@@ -140,9 +148,9 @@ def _load_facts(cur: Cursor, schema: str, events: Sequence[EventIn],
         for sid, name, value in cur.fetchall():
             found_fields.setdefault(int(sid), {})[str(name)] = value
     if forms:
-        cur.execute(schema_sql(schema, "SELECT f.subject_id, f.form, f.field, f.value FROM {s}.subject_form_answers f "
-                               "JOIN unnest(%s::bigint[], %s::text[], %s::text[]) AS w (subject_id, form, field) "
-                               "USING (subject_id, form, field)"),
+        cur.execute(schema_sql(schema, "SELECT f.subject_id, f.form, f.field, f.value "
+                               "FROM {s}.subject_form_answers f JOIN unnest(%s::bigint[], %s::text[], "
+                               "%s::text[]) AS w (subject_id, form, field) USING (subject_id, form, field)"),
                     [[f[0] for f in forms], [f[1] for f in forms], [f[2] for f in forms]])
         for sid, form, name, value in cur.fetchall():
             found_forms.setdefault(int(sid), {})[(str(form), str(name))] = value
@@ -206,16 +214,19 @@ def _write(cur: Cursor, schema: str, before: dict[int, SubjectState], after: dic
             ON CONFLICT (subject_id, name) DO UPDATE SET value = EXCLUDED.value
             """), [[f[0] for f in fields], [f[1] for f in fields],
                    [json.dumps(after[sid].fields[name]) for sid, name in fields]])
-    forms = sorted({(sid, form, name) for sid, evs in touched.items() for e in evs for form, name in e.subject.forms})
+    forms = sorted({(sid, form, name) for sid, evs in touched.items() for e in evs
+                    for form, name in e.subject.forms})
     if forms:
         cur.execute(schema_sql(schema, """
             INSERT INTO {s}.subject_form_answers (subject_id, form, field, value)
             SELECT w.subject_id, w.form, w.field, w.value::jsonb
-            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[]) AS w (subject_id, form, field, value)
+            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[])
+                 AS w (subject_id, form, field, value)
             ON CONFLICT (subject_id, form, field) DO UPDATE SET value = EXCLUDED.value, submitted_at = now()
             """), [[f[0] for f in forms], [f[1] for f in forms], [f[2] for f in forms],
                    [json.dumps(after[sid].forms[(form, name)]) for sid, form, name in forms]])
-    levels = sorted({(sid, level) for sid, evs in touched.items() for e in evs for level in e.subject.hierarchy})
+    levels = sorted({(sid, level) for sid, evs in touched.items() for e in evs
+                     for level in e.subject.hierarchy})
     if levels:
         cur.execute(schema_sql(schema, """
             INSERT INTO {s}.subject_hierarchy (subject_id, level, unit_id)

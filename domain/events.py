@@ -131,7 +131,8 @@ class _Reader:
 
     def unknown_keys(self, obj: Mapping[str, Any], allowed: frozenset[str], path: str) -> None:
         for key in sorted(set(obj) - allowed):
-            self.fail(f"{path}{key}", f"is not a known property (expected one of {', '.join(sorted(allowed))})")
+            self.fail(f"{path}{key}",
+                      f"is not a known property (expected one of {', '.join(sorted(allowed))})")
 
     def value(self, value: JsonValue, path: str) -> JsonValue:
         if isinstance(value, float) and value != value:  # NaN never comes from JSON, but be sure
@@ -180,7 +181,8 @@ def parse_event(body: object, prefix: str = "") -> tuple[EventIn | None, list[Pr
             r.fail("occurred_at", str(error))
     subject = _subject(r, body.get("subject"))
     changes = _changes(r, r.mapping(body, "changes", ""))
-    metadata = {key: r.value(value, f"metadata.{key}") for key, value in r.mapping(body, "metadata", "").items()}
+    metadata = {key: r.value(value, f"metadata.{key}")
+                for key, value in r.mapping(body, "metadata", "").items()}
     if r.problems or product is None or event_type is None or subject is None:
         return None, r.problems
     return EventIn(product, event_type, trigger if event_type == "updated" else None, occurred_at,
@@ -222,7 +224,7 @@ def _subject(r: _Reader, body: object) -> SubjectIn | None:
         else:
             fields[name] = r.value(value, f"subject.fields.{name}")
     forms: dict[tuple[str, str], JsonValue] = {}
-    for form, answers in r.mapping(body, "forms", p).items():
+    for form in r.mapping(body, "forms", p):
         if not NAME.fullmatch(form):
             r.fail(f"subject.forms.{form[:40]}", f"a form name must match {NAME.pattern}")
             continue

@@ -78,7 +78,8 @@ def cmd_product_list(args: argparse.Namespace) -> None:
         return
     _out(f"{'CODE':<16} {'KINDS':<24} {'TRIGGERS':<60} NAME")
     for p in products:
-        _out(f"{p.code:<16} {','.join(p.subject_kinds) or '(any)':<24} {','.join(p.trigger_types):<60} {p.name}")
+        kinds = ",".join(p.subject_kinds) or "(any)"
+        _out(f"{p.code:<16} {kinds:<24} {','.join(p.trigger_types):<60} {p.name}")
 
 
 def cmd_hierarchy_add(args: argparse.Namespace) -> None:
@@ -105,14 +106,15 @@ def add_platform_commands(sub: argparse._SubParsersAction[Any], command: Command
     p = command("create", cmd_apikey_create, "create an API key (printed once, stored hashed)", apikey_sub)
     p.add_argument("--tenant", required=True)
     p.add_argument("--label", required=True, help="what the key is for, e.g. 'case system'")
-    p = command("list", cmd_apikey_list, "list a tenant's API keys (prefix, last use, revocation)", apikey_sub)
+    p = command("list", cmd_apikey_list, "list the API keys (prefix, last use, revocation)", apikey_sub)
     p.add_argument("--tenant", required=True)
     p = command("revoke", cmd_apikey_revoke, "revoke an API key, from its next request on", apikey_sub)
     p.add_argument("--tenant", required=True)
     p.add_argument("id", type=_positive_id, help="the key's id (see `tocsin apikey list`)")
 
     product = sub.add_parser("product", help="register host products (fraud, whistle, ...)")
-    product_sub = product.add_subparsers(dest="product_command", required=True, parser_class=type(product))
+    product_sub = product.add_subparsers(dest="product_command", required=True,
+                                         parser_class=type(product))
     p = command("create", cmd_product_create, "register a product and its vocabulary", product_sub)
     p.add_argument("--tenant", required=True)
     p.add_argument("code", help="lower-case code, e.g. fraud")

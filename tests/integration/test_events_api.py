@@ -55,8 +55,10 @@ def test_an_event_is_recorded_for_the_tenant_of_the_key(api: ApiClient, desk: De
         [(response.json()["event_id"], "created", "api", "pending", "C-1042")]
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Basic dXNlcjpwdw=="}, {"Authorization": "Bearer "}])
-def test_a_request_without_a_bearer_key_is_refused(api: ApiClient, desk: Desk, headers: dict[str, str]) -> None:
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Basic dXNlcjpwdw=="},
+                                     {"Authorization": "Bearer "}])
+def test_a_request_without_a_bearer_key_is_refused(api: ApiClient, desk: Desk,
+                                                   headers: dict[str, str]) -> None:
     response = api.post("/api/v1/events", headers=headers, json=case_event())
     assert response.status_code == 401
     assert response.json()["error"] == "unauthorized"
@@ -110,7 +112,8 @@ def test_invalid_events_are_refused_naming_each_path(api: ApiClient, desk: Desk,
 def test_unknown_products_people_and_units_are_refused_naming_each_path(
         api: ApiClient, desk: Desk, key: str) -> None:
     response = api.post("/api/v1/events", headers=bearer(key),
-                        json=case_event(assignees=[desk.ana, "nobody@example.com"], hierarchy={"region": "west"}))
+                        json=case_event(assignees=[desk.ana, "nobody@example.com"],
+                                        hierarchy={"region": "west"}))
     assert response.status_code == 422
     problems = {p["path"]: p["message"] for p in response.json()["problems"]}
     assert set(problems) == {"subject.assignees[1]", "subject.hierarchy.region"}

@@ -41,7 +41,8 @@ def test_an_event_of_a_committed_host_transaction_exists_once(desk: Desk) -> Non
         event_id = record_event(conn, desk.tenant.slug, case_event("C-1", assignees=[desk.ana]))
         path = conn.execute("SHOW search_path").fetchone()
         conn.commit()
-    assert [(e["id"], e["source"], e["status"]) for e in events_of(desk.tenant)] == [(event_id, "host", "pending")]
+    assert [(e["id"], e["source"], e["status"]) for e in events_of(desk.tenant)] == \
+        [(event_id, "host", "pending")]
     assert path == {"search_path": '"$user", public'}  # the host's session is left as it was
 
 
@@ -98,8 +99,9 @@ def test_an_update_carries_the_register_diff_of_what_it_sets(desk: Desk) -> None
 
 
 def test_events_of_one_subject_in_one_batch_see_each_other(desk: Desk) -> None:
-    events = parsed(case_event("C-1", fields={"amount": 1})) + parsed(
-        case_event("C-1", "updated", fields={"amount": 2})) + parsed(case_event("C-1", "updated", fields={"amount": 3}))
+    events = [*parsed(case_event("C-1", fields={"amount": 1})),
+              *parsed(case_event("C-1", "updated", fields={"amount": 2})),
+              *parsed(case_event("C-1", "updated", fields={"amount": 3}))]
     with tenant_tx(desk.tenant.slug) as tx:
         recorded = record_events(tx, events, "cli")
         assert tx.events_recorded == [r.event_id for r in recorded]
