@@ -237,4 +237,6 @@ def relay_tick() -> None:
         wake(slug)
     if tenants:
         coord.set_cursor(tenants[0].slug)
-    log.info("relay tick: %d of %d tenant(s) had events waiting", len(ready), len(slugs))
+    # Said when it found work; otherwise quietly (the clock says once a minute that it ticks).
+    (log.info if ready else log.debug)("relay tick: %d of %d tenant(s) had events waiting",
+                                       len(ready), len(slugs))
