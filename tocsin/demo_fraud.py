@@ -96,13 +96,13 @@ def send_demo_events(base_url: str, api_key: str = DEMO_API_KEY) -> Iterator[str
 
     from tocsin.client import TocsinClient
 
-    client = TocsinClient(base_url, api_key)
     tag = secrets.token_hex(2).upper()
     batch = [
         _case(f"FC-{tag}-1", "Account takeover, Newcastle", "north", 3_100_000, "rui@demo.example"),
         _case(f"FC-{tag}-2", "Chargeback spike, Exeter", "south", 42_000, "sam@demo.example"),
     ]
-    answer = client.send_batch(batch, idempotency_key=f"demo-{tag}")
+    with TocsinClient(base_url, api_key) as client:
+        answer = client.send_batch(batch, idempotency_key=f"demo-{tag}")
     for event, result in zip(batch, answer["results"], strict=True):
         yield (f"sent {event['subject']['external_id']} (amount {event['subject']['fields']['amount']:,}): "
                f"event {result['event_id']}")
