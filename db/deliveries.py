@@ -1,7 +1,9 @@
 """Email deliveries: the last-moment eligibility check, the lease-and-token claim, and
 result writes fenced by that token.
 
-One send is three short transactions around the provider call:
+One send is three short transactions around the provider call (each may cover several
+deliveries of one tenant: actors/email.py claims up to 20 at once, marks a group of them
+just before their calls, and records their acceptances together):
   1. claim: lock the due row, re-check eligibility, then one UPDATE to `sending` with a
      fresh claim_token, a lease and attempts + 1 (or cancel it, with the reason);
   2. `mark_provider_called`, committed right before the call: from here on a lost answer
@@ -193,6 +195,21 @@ def claim_delivery(
         apply_send_check(tx, due.delivery_id, check)
         return Settled(due.delivery_id, check.action.value, check.reason or check.action.value)
     return start_attempt(tx, due.delivery_id, lease_seconds, portal_url)
+
+
+def claim_deliveries(
+    tx: TenantTx, delivery_ids: list[int], lease_seconds: int, now: datetime | None = None,
+    portal_url: str = "",
+) -> list[ClaimedEmail | Settled]:
+    """``claim_delivery`` for each of these deliveries in one transaction, in id order (the
+    order every claim takes its row locks in, so two claims of overlapping ids cannot
+    deadlock); those not ours are left out."""
+    results = []
+    for delivery_id in sorted(delivery_ids):
+        result = claim_delivery(tx, delivery_id, lease_seconds, now, portal_url)
+        if result is not None:
+            results.append(result)
+    return results
 
 
 def mark_provider_called(tx: TenantTx, claim: ClaimedEmail) -> bool:

@@ -26,7 +26,7 @@ import pytest
 import redis
 
 from actors.email import deliver_email
-from actors.rate_limit import SendRateLimiter, Slot, set_limiter
+from actors.rate_limit import SendRateLimiter, Slots, set_limiter
 from actors.scan import run_scan
 from actors.ses import SesMailer, set_mailer
 from actors.sweep import run_sweep, sweep
@@ -229,11 +229,11 @@ class RecordingLimiter(SendRateLimiter):
         self.slots: list[int] = []
         self._lock = threading.Lock()
 
-    def acquire(self) -> Slot:
-        slot = super().acquire()
+    def reserve(self, count: int) -> Slots:
+        slots = super().reserve(count)
         with self._lock:
-            self.slots.append(slot.at_us)
-        return slot
+            self.slots.extend(slots.at_us)
+        return slots
 
 
 def test_the_send_rate_limiter_spaces_every_slot_across_threads() -> None:
