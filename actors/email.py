@@ -22,8 +22,8 @@ from db.deliveries import (
     ClaimedEmail,
     Settled,
     claim_deliveries,
-    mark_provider_called,
-    record_accepted,
+    mark_providers_called,
+    record_acceptances,
     record_failure,
     record_unknown,
 )
@@ -166,7 +166,8 @@ def _claim(slug: str, delivery_ids: list[int], settings: Settings) -> list[Claim
 def _mark_called(slug: str, claims: list[ClaimedEmail]) -> list[ClaimedEmail]:
     """Committed before the first of these calls: the claims whose lease still holds."""
     with tenant_tx(slug) as tx:
-        return [c for c in claims if mark_provider_called(tx, c)]
+        marked = mark_providers_called(tx, claims)
+    return [c for c in claims if c.delivery_id in marked]
 
 
 def _compose(slug: str, claim: ClaimedEmail, settings: Settings) -> OutgoingEmail:
@@ -187,8 +188,8 @@ def _accepted(slug: str, accepted: list[tuple[ClaimedEmail, Accepted]]) -> set[i
     """The acceptances in one transaction: the delivery ids recorded (a row another worker
     has claimed since is not)."""
     with tenant_tx(slug) as tx:
-        return {claim.delivery_id for claim, answer in accepted
-                if record_accepted(tx, claim, answer.provider_message_id, answer.request_id)}
+        return record_acceptances(tx, [(claim, answer.provider_message_id, answer.request_id)
+                                       for claim, answer in accepted])
 
 
 def _released(slug: str, claims: list[ClaimedEmail], why: str) -> None:

@@ -106,30 +106,50 @@ def resolve_preference(tx: TenantTx, user_id: int, category: str) -> Resolved:
 
 
 def delivery_schedule(tx: TenantTx, user_id: int) -> DeliverySchedule:
-    row = tx.conn.execute(
+    return delivery_schedules(tx, [user_id]).get(user_id, DeliverySchedule(tx.tenant.time_zone))
+
+
+def delivery_schedules(tx: TenantTx, user_ids: list[int]) -> dict[int, DeliverySchedule]:
+    """Each existing user's delivery schedule, in one statement."""
+    rows = tx.conn.execute(
         """
-        SELECT coalesce(u.time_zone, %s), s.quiet_start, s.quiet_end,
+        SELECT u.id, coalesce(u.time_zone, %s), s.quiet_start, s.quiet_end,
                coalesce(s.digest_time, '08:00'), coalesce(s.weekly_day, 1)
         FROM users u LEFT JOIN delivery_schedules s ON s.user_id = u.id
-        WHERE u.id = %s
+        WHERE u.id = ANY(%s)
         """,
-        [tx.tenant.time_zone, user_id],
-    ).fetchone()
-    if row is None:
-        return DeliverySchedule(tx.tenant.time_zone)
-    zone, start, end, digest_time, weekly_day = row
-    quiet = QuietHours(start, end) if isinstance(start, time) and isinstance(end, time) else None
-    assert isinstance(digest_time, time)
-    return DeliverySchedule(str(zone), quiet, digest_time, int(str(weekly_day)))
+        [tx.tenant.time_zone, sorted(set(user_ids))],
+    ).fetchall()
+    schedules = {}
+    for user_id, zone, start, end, digest_time, weekly_day in rows:
+        quiet = QuietHours(start, end) if isinstance(start, time) and isinstance(end, time) else None
+        assert isinstance(digest_time, time)
+        schedules[int(str(user_id))] = DeliverySchedule(str(zone), quiet, digest_time,
+                                                        int(str(weekly_day)))
+    return schedules
 
 
 def email_send_check(tx: TenantTx, user_id: int, category: str, now: datetime) -> SendCheck:
     """What to do with this user's email of this category right now: send, cancel(reason),
     defer(until) or batch(period). Called at send time so a change made after the claim
     (an opt-out, new quiet hours, a switch to digests) is honoured."""
-    resolved = resolve_preference(tx, user_id, valid_category(category))
-    schedule = delivery_schedule(tx, user_id)
-    return email_decision(resolved, quiet_hours_end(now, schedule.zone, schedule.quiet))
+    return email_send_checks(tx, [(user_id, category)], now)[(user_id, category)]
+
+
+def email_send_checks(
+    tx: TenantTx, pairs: list[tuple[int, str]], now: datetime
+) -> dict[tuple[int, str], SendCheck]:
+    """``email_send_check`` for several (user, category) pairs in two statements."""
+    if not pairs:
+        return {}
+    resolved = resolve_preferences(tx, pairs)
+    schedules = delivery_schedules(tx, [user_id for user_id, _ in pairs])
+    checks = {}
+    for user_id, category in pairs:
+        schedule = schedules.get(user_id, DeliverySchedule(tx.tenant.time_zone))
+        checks[(user_id, category)] = email_decision(
+            resolved[(user_id, category)], quiet_hours_end(now, schedule.zone, schedule.quiet))
+    return checks
 
 
 def delivery_send_check(tx: TenantTx, delivery_id: int, now: datetime) -> SendCheck | None:
