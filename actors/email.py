@@ -122,8 +122,8 @@ class _Batch:
         self.accepted.append((claim, accepted))
 
     def _release(self, why: str) -> None:
-        """Back to pending, due now: these were claimed (some marked) but never handed to the
-        provider, so they are neither unknown nor an attempt that failed."""
+        """Back to pending, due now: these were claimed (some marked provider-called) but never
+        handed to the provider, so they are not unknown; each attempt ends as a retry."""
         released, self.waiting = self.waiting, []
         if not released:
             return
