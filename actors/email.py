@@ -41,6 +41,10 @@ log = logging.getLogger("tocsin.email")
 
 EMAILS_PER_MESSAGE = 20  # deliveries of one tenant that one deliver_email message carries
 SEND_WINDOW = 1.0  # seconds: under a send rate, the slots marked provider-called at once span this
+# At most this many deliveries are marked provider-called ahead of their sends: what a
+# worker killed mid-message leaves uncertain (resent once, same Message-ID, unless an SES
+# event settles it), per thread. One mark per delivery would cost a statement each.
+MARKED_AHEAD = 5
 
 
 # The time limit stays under the default lease (5 minutes): a stuck worker records its
@@ -76,7 +80,7 @@ class _Batch:
 
     def send(self) -> None:
         limiter = get_limiter()
-        group_size = max(1, int(limiter.per_second * SEND_WINDOW))
+        group_size = max(1, min(MARKED_AHEAD, int(limiter.per_second * SEND_WINDOW)))
         try:
             while self.waiting:
                 group = self.waiting[:group_size]
