@@ -25,10 +25,12 @@ from tocsin import runtime
 
 log = logging.getLogger("tocsin.prepare")
 
+assert SHARED_QUEUE == "prepare_other"  # the literal below, kept literal for the registry test
+
 MAX_RETRIES = 4  # Dramatiq retries after the first run; PREPARE_MAX_ATTEMPTS bounds each claim
 
 
-@dramatiq.actor(queue_name=SHARED_QUEUE, max_retries=MAX_RETRIES, min_backoff=1_000,  # milliseconds
+@dramatiq.actor(queue_name="prepare_other", max_retries=MAX_RETRIES, min_backoff=1_000,  # milliseconds
                 max_backoff=30_000, time_limit=2 * 60_000)  # milliseconds
 def prepare_notices(slug: str, ledger_ids: list[int]) -> None:
     ids = [int(i) for i in ledger_ids]

@@ -5,12 +5,13 @@ a rule with its version, an event, and the ledger claim a firing rule leaves."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from db.tenancy import Tenant, tenant_tx
-from tests.integration.builders import PASSWORD
 from db.users import create_user
 from domain.identity import Role
+from tests.integration.builders import PASSWORD
 
 
 def add_person(tenant: Tenant, email: str, role: Role = Role.MEMBER) -> int:
@@ -37,7 +38,7 @@ def add_unit(tenant: Tenant, level: str, code: str, head_user_id: int | None) ->
 
 
 def add_subject(
-    tenant: Tenant, product: str, external_id: str, *, title: str = "", assignees: list[int] = (),  # type: ignore[assignment]
+    tenant: Tenant, product: str, external_id: str, *, title: str = "", assignees: Sequence[int] = (),
     fields: dict[str, Any] | None = None, units: dict[str, int] | None = None,
     forms: dict[str, dict[str, Any]] | None = None,
 ) -> int:
@@ -104,7 +105,9 @@ def add_rule(
     return rule_id
 
 
-def add_event(tenant: Tenant, product: str, subject_id: int, *, metadata: dict[str, Any] | None = None) -> int:
+def add_event(
+    tenant: Tenant, product: str, subject_id: int, *, metadata: dict[str, Any] | None = None
+) -> int:
     with tenant_tx(tenant.slug) as tx:
         row = tx.conn.execute(
             "INSERT INTO events (product, subject_id, event_type, metadata, occurred_at, source, status) "
@@ -121,7 +124,8 @@ def claim_rule(tenant: Tenant, rule_id: int, subject_id: int, event_id: int) -> 
         row = tx.conn.execute(
             """
             INSERT INTO notification_ledger
-                (rule, subject_kind, subject_id, threshold, due_on, local_date, rule_id, rule_version, event_id)
+                (rule, subject_kind, subject_id, threshold, due_on, local_date,
+                 rule_id, rule_version, event_id)
             VALUES ('rule:' || %(rule)s, 'subject', %(subject)s, 'event:' || %(event)s,
                     current_date, current_date, %(rule)s, 1, %(event)s)
             RETURNING id

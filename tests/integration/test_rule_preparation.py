@@ -151,7 +151,8 @@ def test_a_fixed_address_of_an_existing_person_reaches_that_person(tenant: Tenan
 def test_a_contact_never_signs_in_is_never_listed_and_is_never_made_by_hand(tenant: Tenant) -> None:
     product = add_product(tenant)
     subject = add_subject(tenant, product, "C-11")
-    rule = add_rule(tenant, product, "External", recipients=[{"type": "address", "email": "ext@outside.example"}])
+    rule = add_rule(tenant, product, "External",
+                    recipients=[{"type": "address", "email": "ext@outside.example"}])
     prepare(tenant, fire(tenant, rule, subject))
     contact = scalar(tenant, "SELECT id FROM users WHERE email = 'ext@outside.example'")
 
