@@ -12,7 +12,7 @@ import pytest
 from actors.prepare import prepare_notices, send_preparation
 from db.evidence import failed_preparations
 from db.members import list_members
-from db.preferences import save_schedule, set_channel
+from db.preferences import save_schedule, set_channel, set_frequency
 from db.rule_notices import (
     PreparationFailed,
     PreparedReport,
@@ -23,7 +23,7 @@ from db.tenancy import Tenant, tenant_tx
 from db.users import authenticate, set_password
 from domain.errors import InvalidInput, NotFound
 from domain.identity import Role, valid_role
-from domain.preferences import OPTED_OUT, Channel
+from domain.preferences import OPTED_OUT, Channel, Frequency
 from domain.quiet_hours import QuietHours
 from tests.integration.builders import PASSWORD, scalar
 from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
@@ -180,6 +180,22 @@ def test_an_email_opt_out_cancels_the_email_and_keeps_the_inbox_row(tenant: Tena
 
     assert emails(tenant)[user][:2] == ("cancelled", OPTED_OUT)
     assert [n[3] for n in notices(tenant)] == [True]
+    assert report.emails == []
+
+
+def test_a_digest_reader_gets_the_email_batched_for_the_digest(tenant: Tenant) -> None:
+    product = add_product(tenant)
+    user = add_person(tenant, "digest@example.com")
+    with tenant_tx(tenant.slug) as tx:
+        set_frequency(tx, user, "case_update", Frequency.DAILY_DIGEST)
+    claim = fire(tenant, add_rule(tenant, product, "Update", recipients=ASSIGNEES, category="case_update"),
+                 add_subject(tenant, product, "C-24", assignees=[user]))
+
+    report = prepare(tenant, claim)
+
+    assert emails(tenant)[user][0] == "batched"
+    assert scalar(tenant, "SELECT batch_period FROM notification_deliveries") == "daily"
+    assert scalar(tenant, "SELECT category FROM notifications") == "case_update"
     assert report.emails == []
 
 
