@@ -218,6 +218,27 @@ def record_preparation_failure(
     return FailureRecorded(int(str(row[0])), bool(row[1]))
 
 
+def unprepared_rule_claims(
+    tx: TenantTx, older_than_seconds: int, limit: int = 1_000
+) -> list[tuple[str, int]]:
+    """(product, ledger id) of rule claims still unprepared after ``older_than_seconds``
+    and not given up on: their wake-up was lost (a crash after commit, a flushed Redis) or
+    their retries ran out before PREPARE_MAX_ATTEMPTS. For the sweeper to send again."""
+    rows = tx.conn.execute(
+        """
+        SELECT r.product, l.id
+        FROM notification_ledger l JOIN rules r ON r.id = l.rule_id
+        WHERE l.rule_id IS NOT NULL AND l.status = 'claimed' AND l.prepared_at IS NULL
+          AND l.prepare_failed_at IS NULL
+          AND l.claimed_at < now() - make_interval(secs => %s)
+        ORDER BY l.claimed_at, l.id
+        LIMIT %s
+        """,
+        [older_than_seconds, limit],
+    ).fetchall()
+    return [(str(r[0]), int(str(r[1]))) for r in rows]
+
+
 # ---- facts -------------------------------------------------------------------------------
 # A subject's facts by their shared names (field.<name>, form.<form>.<field>,
 # hierarchy.<level>, subject.*). The rules' db/facts.py provides load_all_facts with the

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
-from actors.prepare import prepare_notices, send_preparation
+from actors.prepare import prepare_notices, send_committed_claims
 from db.evidence import failed_preparations
 from db.members import list_members
 from db.preferences import save_schedule, set_channel, set_frequency
@@ -18,6 +18,7 @@ from db.rule_notices import (
     PreparedReport,
     prepare_rule_claims,
     record_preparation_failure,
+    unprepared_rule_claims,
 )
 from db.tenancy import Tenant, tenant_tx
 from db.users import authenticate, set_password
@@ -332,7 +333,9 @@ def test_a_worker_prepares_a_claim_sent_to_its_products_queue(
                                   title="Case {{ subject.external_id }} opened"),
                  add_subject(tenant, product, "C-22", assignees=[user]))
 
-    send_preparation(tenant.slug, product, [claim])
+    with tenant_tx(tenant.slug) as tx:  # what the evaluation's transaction collects
+        tx.claims_to_prepare.append((product, claim))
+    send_committed_claims(tx)  # its after-commit listener
 
     assert "prepare_fraud" in worker.broker.get_declared_queues()
     wait_until(lambda: any(e.to == "worker@example.com" for e in ses.sent()), "the rule's email")
@@ -360,3 +363,19 @@ def test_send_time_honours_a_critical_rule_in_quiet_hours(tenant: Tenant) -> Non
         check = delivery_send_check(tx, delivery, now + timedelta(minutes=1))
 
     assert check is not None and check.action is SendAction.SEND
+
+
+def test_claims_left_unprepared_are_found_for_the_sweeper(tenant: Tenant) -> None:
+    product = add_product(tenant)
+    user = add_person(tenant, "sweep@example.com")
+    rule = add_rule(tenant, product, "Swept", recipients=ASSIGNEES)
+    lost, done, fresh = (fire(tenant, rule, add_subject(tenant, product, f"C-3{n}", assignees=[user]))
+                         for n in range(3))
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE notification_ledger SET claimed_at = now() - interval '10 minutes' "
+                        "WHERE id IN (%s, %s)", [lost, done])
+    prepare(tenant, done)
+
+    with tenant_tx(tenant.slug) as tx:
+        assert unprepared_rule_claims(tx, older_than_seconds=60) == [(product, lost)]
+        assert (product, fresh) in unprepared_rule_claims(tx, older_than_seconds=0)
