@@ -24,11 +24,14 @@ import pika.exceptions
 import redis
 from redis.exceptions import RedisError
 
+from domain.preparation_queues import preparation_queues
 from tocsin.config import Settings
 
 # Every queue the product's actors use (tests/integration/test_status.py checks this
-# against the queues the actors declare): each needs a live consumer.
-PRODUCT_QUEUES = ("scan", "sweep", "digest", "email")
+# against the queues the actors declare): each needs a live consumer. The rule notices'
+# preparation queues are those of the default PRODUCT_QUEUES setting (a deployment naming
+# other products sees its own ones through `tocsin status`'s discovery of queues in use).
+PRODUCT_QUEUES = ("scan", "sweep", "digest", "email", *preparation_queues())
 CONSUMER_BEAT_SECONDS = 5.0  # seconds between two records of a worker's queues
 CONSUMER_TTL_SECONDS = 3 * CONSUMER_BEAT_SECONDS  # seconds a record lives: two beats may be missed
 

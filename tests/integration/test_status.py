@@ -231,7 +231,7 @@ def test_a_dedicated_email_worker_is_seen_consuming_only_the_email_queue(no_work
     try:
         wait_until(lambda: queues()["email"].consumers == 1, "the email worker's first heartbeat")
         assert {name: q.consumers for name, q in queues().items()} == {
-            "scan": 0, "sweep": 0, "digest": 0, "email": 1}
+            **dict.fromkeys(PRODUCT_QUEUES, 0), "email": 1}
     finally:
         email_only.send_signal(signal.SIGTERM)
         output, _ = email_only.communicate(timeout=WAIT_LIMIT)
