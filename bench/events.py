@@ -34,6 +34,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,10 @@ def report(label: str, latencies: Latencies, observer: Observer, goal_ms: float)
 # --- sections --------------------------------------------------------------------------------
 
 
+def _round_robin(keys: Sequence[str], run: str, n: int) -> tuple[str, str]:
+    return keys[n % len(keys)], f"{run}-{n}"
+
+
 def latency(conn: psycopg.Connection[Any], database_url: str, seconds: float) -> bool:
     say("latency: 100 events/s over 50 tenants, commit to inbox row")
     tenants = build_tenants(conn, 50, "l")
@@ -285,8 +290,7 @@ def latency(conn: psycopg.Connection[Any], database_url: str, seconds: float) ->
         latencies = Latencies()
         run = f"w{wakeup}-{random.randrange(1 << 30):x}"
         try:
-            steady(100, seconds, lambda n, run=run: (tenants.keys[n % 50], f"{run}-{n}"), latencies,
-                   stack.url)
+            steady(100, seconds, partial(_round_robin, tenants.keys, run), latencies, stack.url)
             wait_for(observer, latencies, 30)
         finally:
             observer.stopping.set()
