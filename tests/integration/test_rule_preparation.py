@@ -377,5 +377,8 @@ def test_claims_left_unprepared_are_found_for_the_sweeper(tenant: Tenant) -> Non
     prepare(tenant, done)
 
     with tenant_tx(tenant.slug) as tx:
-        assert unprepared_rule_claims(tx, older_than_seconds=60) == [(product, lost)]
-        assert (product, fresh) in unprepared_rule_claims(tx, older_than_seconds=0)
+        assert unprepared_rule_claims(tx, older_than_seconds=60) == 1
+        assert tx.claims_to_prepare == [(product, lost)]  # sent to its queue after commit
+    with tenant_tx(tenant.slug) as tx:
+        unprepared_rule_claims(tx, older_than_seconds=0)
+        assert (product, fresh) in tx.claims_to_prepare
