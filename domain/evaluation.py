@@ -11,7 +11,7 @@ evaluate them. A phase that needs no stored fact does not call the loader at all
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -88,9 +88,29 @@ def metadata_mismatch(rule: RuleDefinition, event: EventFacts) -> str | None:
     return None
 
 
+# One event's evaluation as a generator: it yields the stored facts it wants (phase 3, then
+# phase 4; an empty WantedFacts when it wants nothing more), is sent their values, and
+# returns the outcomes. Whoever drives it decides how to load: one event at a time
+# (evaluate_event) or the wants of a whole batch in one query per family (db/evaluations.py).
+Evaluation = Generator[WantedFacts, Mapping[str, object], list[RuleOutcome]]
+
+
 def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
                    load: FactLoader) -> list[RuleOutcome]:
-    """Phases 2-4 for every candidate; one outcome per candidate, in their order."""
+    """Phases 2-4 for every candidate; one outcome per candidate, in their order. The
+    loader is called once per phase that wants a stored fact not asked for yet."""
+    run = evaluation(candidates, event)
+    wanted = next(run)
+    while True:
+        try:
+            wanted = run.send(load(wanted) if wanted else {})
+        except StopIteration as done:
+            outcomes: list[RuleOutcome] = done.value
+            return outcomes
+
+
+def evaluation(candidates: Sequence[Candidate], event: EventFacts) -> Evaluation:
+    """Phases 2-4 as a generator (see Evaluation): yields exactly twice."""
     outcomes: dict[int, RuleOutcome] = {}
     survivors: list[Candidate] = []
     for c in candidates:
@@ -103,13 +123,6 @@ def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
     facts = event.known()
     asked = WantedFacts()
 
-    def load_for(wanted: WantedFacts) -> None:
-        nonlocal asked
-        missing = wanted.minus(asked)
-        if missing:
-            facts.update(load(missing))
-            asked = asked.union(missing)
-
     # Phase 3. A rule whose conditions already fail on the facts at hand (a change it
     # wants did not happen, a status it wants is another) loads nothing.
     at_hand = Facts(facts, event.changes)
@@ -118,7 +131,8 @@ def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
     for c in survivors:
         if c.id not in decided_false:
             wanted = wanted.union(c.definition.condition_facts())
-    load_for(wanted)
+    asked = wanted
+    facts.update((yield wanted) or {})
     passed: list[tuple[Candidate, tuple[LeafTrace, ...]]] = []
     for c in survivors:
         held, trace = evaluate(c.definition.conditions, Facts(facts, event.changes), "conditions",
@@ -132,7 +146,7 @@ def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
     wanted = WantedFacts()
     for c, _ in passed:
         wanted = wanted.union(c.definition.filter_facts())
-    load_for(wanted)
+    facts.update((yield wanted.minus(asked)) or {})
     for c, condition_trace in passed:
         held, trace = evaluate(c.definition.filters, Facts(facts, event.changes), "filters")
         outcomes[c.id] = RuleOutcome(
