@@ -3,9 +3,9 @@
 One tenant transaction per batch (actors/relay.py ``evaluate_events``):
 1. lock the batch's events still 'processing' (SKIP LOCKED: a duplicate message running at
    the same moment takes none of them; one that runs later finds them evaluated);
-2. per event, the rules engine's four phases (db/rules.py ``candidate_rules`` is phase 1 in
-   SQL, once per (product, event type, trigger type) of the batch; domain/evaluation.py
-   phases 2 to 4), the events of the batch in step: the stored facts all of them want for
+2. per event, the rules engine's four phases (db/rules.py ``candidate_rules_of`` is phase 1
+   in SQL, for every (product, event type, trigger type) of the batch in one statement;
+   domain/evaluation.py phases 2 to 4), the events of the batch in step: the stored facts all of them want for
    phase 3, then for phase 4, are loaded in one call each (targeted loading, db/facts.py:
    one query per family for the whole batch, in one round trip);
 3. one ledger row per (rule, event) that fired, under the ledger's unique key (rule
@@ -24,10 +24,10 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from db.facts import BatchLoader, load_facts_of_subjects
-from db.rules import candidate_rules
+from db.rules import candidate_rules_of
 from db.tenancy import TenantTx
 from domain.conditions import WantedFacts
-from domain.evaluation import Evaluation, EventFacts, RuleOutcome, evaluation
+from domain.evaluation import Evaluated, Evaluation, EventFacts, TriggerIndex, evaluation
 
 
 @dataclass
@@ -78,11 +78,13 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
     rows = tx.conn.execute(_BATCH, [event_ids]).fetchall()
     if not rows:
         return report
-    rules_for: dict[tuple[str, str, str | None], list[Any]] = {}
+    # Phase 1 once per (product, event type, trigger type) of the batch, in one statement.
+    keys = [(str(r[1]), str(r[3]), None if r[4] is None else str(r[4])) for r in rows]
+    rules_for = {k: TriggerIndex(c) for k, c in candidate_rules_of(tx, keys).items()}
     runs: dict[int, Evaluation] = {}  # by event: its phases 2-4, driven below
     subject_of: dict[int, int] = {}
     wants: dict[int, WantedFacts] = {}
-    outcomes: dict[int, list[RuleOutcome]] = {}
+    outcomes: dict[int, Evaluated] = {}
     claims: dict[str, list[Any]] = {"rule_ids": [], "versions": [], "subject_ids": [],
                                     "event_ids": [], "occurred": []}
     product_of: dict[int, str] = {}
@@ -91,8 +93,6 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
         (event_id, product, subject_id, event_type, trigger_type, changes, metadata, occurred_at,
          lag, kind, external_id, title, status, assignees) = row
         key = (str(product), str(event_type), None if trigger_type is None else str(trigger_type))
-        if key not in rules_for:
-            rules_for[key] = candidate_rules(tx, *key)
         event = EventFacts(
             event_type=key[1], trigger_type=key[2], subject_kind=str(kind),
             metadata=dict(metadata or {}),  # type: ignore[call-overload]
@@ -124,15 +124,15 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
                 outcomes[eid] = done.value
                 del runs[eid], wants[eid]
     traces: list[dict[str, Any]] = []
-    for eid, results in outcomes.items():
-        for result in results:
+    for eid, evaluated in outcomes.items():
+        for result in evaluated.outcomes:
             if result.fired:
                 claims["rule_ids"].append(result.rule_id)
                 claims["versions"].append(result.rule_version)
                 claims["subject_ids"].append(subject_of[eid])
                 claims["event_ids"].append(eid)
                 claims["occurred"].append(occurred[eid])
-        traces.append({"id": eid, "trace": [r.to_json() for r in results]})
+        traces.append({"id": eid, "trace": evaluated.trace()})
     if claims["rule_ids"]:
         for ledger_id, event_id in tx.conn.execute(_CLAIM, claims).fetchall():
             tx.claims_to_prepare.append((product_of[int(str(event_id))], int(str(ledger_id))))

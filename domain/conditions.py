@@ -289,6 +289,9 @@ def _leaves(tree: object) -> list[dict[str, Any]]:
 # --- evaluation ----------------------------------------------------------------------
 
 
+SEEN_MAX = 80  # characters of a text value kept in a stored trace
+
+
 @dataclass(frozen=True)
 class LeafTrace:
     """One condition as evaluated: what it expected, what it saw, and the outcome."""
@@ -307,6 +310,10 @@ class LeafTrace:
                                "expected": self.expected, "result": self.result}
         if self.missing:
             out["missing"] = True
+        elif isinstance(self.seen, str) and len(self.seen) > SEEN_MAX:
+            # A long free-text answer: its start, and its length (the trace stays small).
+            out["seen"] = self.seen[:SEEN_MAX] + "…"
+            out["seen_length"] = len(self.seen)
         else:
             out["seen"] = self.seen
         if self.reason:
