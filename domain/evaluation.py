@@ -68,14 +68,21 @@ class RuleOutcome:
     filters: tuple[LeafTrace, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """Compact: no empty list of conditions or filters (phase 4 was not reached, or the
-        rule has none)."""
+        return {"rule_id": self.rule_id, "rule_version": self.rule_version, "fired": self.fired,
+                "phase": int(self.phase), "reason": self.reason,
+                "conditions": [t.to_json() for t in self.conditions],
+                "filters": [t.to_json() for t in self.filters]}
+
+    def stored_json(self) -> dict[str, Any]:
+        """The compact form stored in the event's trace: the rule and version, where it
+        stopped, and each condition's path, result and value seen (LeafTrace.stored_json);
+        the reason follows from the phase and no empty list is written."""
         out: dict[str, Any] = {"rule_id": self.rule_id, "rule_version": self.rule_version,
-                               "fired": self.fired, "phase": int(self.phase), "reason": self.reason}
+                               "fired": self.fired, "phase": int(self.phase)}
         if self.conditions:
-            out["conditions"] = [t.to_json() for t in self.conditions]
+            out["conditions"] = [t.stored_json() for t in self.conditions]
         if self.filters:
-            out["filters"] = [t.to_json() for t in self.filters]
+            out["filters"] = [t.stored_json() for t in self.filters]
         return out
 
 
@@ -162,10 +169,10 @@ class Evaluated:
         return [by_id[c.id] for c in candidates]
 
     def trace(self) -> list[dict[str, Any]]:
-        """The trace stored on the event: each rule that reached phase 3 in full (every
-        condition with the value seen), and for the rules phase 2 dropped one compact entry
-        per reason: why, and the [id, version] of each rule."""
-        out = [o.to_json() for o in self.outcomes]
+        """The trace stored on the event: each rule that reached phase 3 (RuleOutcome
+        .stored_json: every condition with the value seen), and for the rules phase 2
+        dropped one compact entry per reason: why, and the [id, version] of each rule."""
+        out = [o.stored_json() for o in self.outcomes]
         for why, groups in self.unmatched.items():
             rules = groups[0].traced if len(groups) == 1 else [r for g in groups for r in g.traced]
             out.append({"phase": int(Phase.METADATA), "fired": False, "reason": why, "rules": rules})
