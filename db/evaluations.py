@@ -18,6 +18,7 @@ After commit the new claims go to their product's preparation queue (TenantTx.cl
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,10 @@ UPDATE events e SET status = 'evaluated', evaluated_at = clock_timestamp(), leas
 FROM jsonb_to_recordset(%(traces)s) AS t(id bigint, trace jsonb)
 WHERE e.id = t.id
 """
+
+
+def _compact_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def evaluate_claimed(tx: TenantTx, event_ids: list[int],
@@ -137,8 +142,9 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
         for ledger_id, event_id in tx.conn.execute(_CLAIM, claims).fetchall():
             tx.claims_to_prepare.append((product_of[int(str(event_id))], int(str(ledger_id))))
             report.claims += 1
-    # One JSON document for the batch's traces: a jsonb[] parameter would be dumped as an
-    # array literal, escaping every quote of every trace.
-    tx.conn.execute(_DONE, {"traces": Jsonb(traces)})
+    # One JSON document for the batch's traces (a jsonb[] parameter would be dumped as an
+    # array literal, escaping every quote of every trace), without the spaces json.dumps
+    # puts after separators: less to write, send and parse.
+    tx.conn.execute(_DONE, {"traces": Jsonb(traces, dumps=_compact_json)})
     report.evaluated = len(outcomes)
     return report
