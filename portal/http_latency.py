@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import Histogram
 
@@ -52,9 +53,10 @@ class HttpLatency:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = scope.get("path_template")
-        if scope["type"] != "http" or route is None or route in NOT_TIMED:
+        if scope["type"] != ScopeType.HTTP or route is None or route in NOT_TIMED:
             await self.app(scope, receive, send)
             return
+        method = scope["method"]
         started = time.perf_counter()
         status = 500  # unless a response starts: an error that escaped every handler
 
@@ -67,4 +69,4 @@ class HttpLatency:
         try:
             await self.app(scope, receive, timed_send)
         finally:
-            _child(scope["method"], route, status).observe(time.perf_counter() - started)
+            _child(method, route, status).observe(time.perf_counter() - started)
