@@ -1,6 +1,6 @@
 """Where one badge request spends its time: figures, not a timed test.
 
-    python -m bench.badge_anatomy [--requests 2000]
+    python -m bench.badge_anatomy [--requests 2000] [--profile FILE]
 
 One signed-in user of a small bench tenant (bench.portal's data: 200 users, 100
 notifications each) asks for /inbox/badge ``--requests`` times, one request after the other
@@ -11,9 +11,12 @@ CPU one request costs the machine can be set against the static ceiling's.
 
 Then, in this process and one at a time, each piece the badge runs, timed alone: the
 session's Redis reads and writes, a bare pool checkout, the guard's tenant transaction
-(load_viewer), the handler's (unread_count), the fragment's template, a hand-off to a worker
+(load_viewer), the handler's (unread_count), both in one (as the badge now reads them),
+the fragment's template, a hand-off to a worker
 thread and back. Their sum against the request's wall time is what Litestar, uvicorn and
-the HTTP parsing cost.
+the HTTP parsing cost. With ``--profile`` the portal runs under cProfile and the functions
+where its badge requests spent the most time are printed (the static file's requests are
+not profiled).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import asyncio
 import os
 import secrets
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -138,7 +142,7 @@ def pieces(args: argparse.Namespace, user_id: int) -> None:
     from db.inbox import unread_count
     from db.pool import configure_pool, connection
     from db.tenancy import tenant_tx
-    from portal.auth import load_viewer
+    from portal.auth import load_viewer, viewer_in
     from portal.templating import build_environment
     from tocsin.config import load_settings
 
@@ -165,10 +169,17 @@ def pieces(args: argparse.Namespace, user_id: int) -> None:
         with tenant_tx(SLUG) as tx:
             unread_count(tx, user_id)
 
+    def viewer_and_count() -> None:
+        with tenant_tx(SLUG) as tx:
+            viewer = viewer_in(tx, user_id)
+            assert viewer is not None
+            unread_count(tx, viewer.user.id)
+
     timed("pool checkout and return (with its connection check)", count, checkout)
     timed("checkout + BEGIN + COMMIT", count, empty_transaction)
     timed("guard: load_viewer (tenant_tx: tenant, user)", count, guard)
     timed("handler: tenant_tx + unread_count", count, count_unread)
+    timed("the badge now: viewer and count in one tenant_tx", count, viewer_and_count)
     timed("template: _badge.html", count, lambda: template.render(unread=42))
 
     async def in_loop() -> None:
@@ -181,10 +192,29 @@ def pieces(args: argparse.Namespace, user_id: int) -> None:
                           lambda: anyio.to_thread.run_sync(lambda: None))
         await timed_async("hand-off + guard's transaction", count,
                           lambda: anyio.to_thread.run_sync(guard))
+        await timed_async("hand-off + the badge's one transaction", count,
+                          lambda: anyio.to_thread.run_sync(viewer_and_count))
         await redis.delete(key)
         await redis.aclose()
 
     asyncio.run(in_loop())
+
+
+def profiled(args: argparse.Namespace, port: int, log: Path) -> None:
+    import pstats
+
+    server = start_server(port, 1, log, profile=args.profile)
+    try:
+        cookie = sign_in(f"http://127.0.0.1:{port}", "user1@bench.example")
+        asyncio.run(serial_requests(port, http_get("/inbox/badge", cookie, htmx=True), args.requests))
+    finally:
+        # SIGINT, not SIGTERM: uvicorn raises the signal again once it has stopped, and only
+        # a KeyboardInterrupt lets cProfile write its file on the way out.
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+    say(f"The portal under cProfile, {args.requests} badge requests (and one sign-in); "
+        "the 40 functions with the most time spent in them and below:")
+    pstats.Stats(str(args.profile)).sort_stats("cumulative").print_stats(40)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -201,8 +231,10 @@ def run(args: argparse.Namespace) -> None:
         port = free_port()
         log = Path(".tocsin/bench").resolve() / "anatomy-server.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        server = start_server(port, 1, log)
         base = f"http://127.0.0.1:{port}"
+        if args.profile is not None:
+            profiled(args, port, log)
+        server = start_server(port, 1, log)
         cookie = sign_in(base, "user1@bench.example")
         schema = conn.execute("SELECT schema_name FROM control.tenants WHERE slug = %s", [SLUG]).fetchone()
         assert schema is not None
@@ -225,6 +257,7 @@ def run(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.badge_anatomy", description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--profile", type=Path, help="profile the portal into this file")
     args = parser.parse_args(argv)
     os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
     with bench_services(say, quiet=True):

@@ -151,11 +151,16 @@ def server_command(server: str, port: int, workers: int) -> list[str]:
             "--port", str(port), "--workers", str(workers), "--no-access-log", "--log-level", "warning"]
 
 
-def start_server(port: int, workers: int, log: Path, server_name: str = "uvicorn") -> subprocess.Popen[bytes]:
+def start_server(port: int, workers: int, log: Path, server_name: str = "uvicorn",
+                 profile: Path | None = None) -> subprocess.Popen[bytes]:
+    """The portal in a subprocess, answering /readyz; under cProfile, written to ``profile``
+    when it stops, if one is named."""
     env = dict(os.environ, PORTAL_URL=f"http://127.0.0.1:{port}")
     handle = log.open("wb")
-    server = subprocess.Popen(server_command(server_name, port, workers), env=env, stdout=handle,
-                              stderr=subprocess.STDOUT)
+    command = server_command(server_name, port, workers)
+    if profile is not None:
+        command[1:2] = ["-m", "cProfile", "-o", str(profile), "-m"]
+    server = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + START_LIMIT
     while time.monotonic() < deadline:
         if server.poll() is not None:
