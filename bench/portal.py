@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import random
 import re
@@ -330,13 +331,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="seconds between two badge requests of one poller in the latency phase "
                              "(1; the portal's default is 30)")
     parser.add_argument("--server-workers", type=positive, default=os.cpu_count() or 1,
-                        help="uvicorn worker processes (one per CPU)")
+                        help="server worker processes (one per CPU)")
     parser.add_argument("--server", choices=SERVERS, default="uvicorn",
                         help="the ASGI server (uvicorn, as `tocsin web` runs; granian to compare)")
     parser.add_argument("--keep", action="store_true", help="keep the bench tenant afterwards")
     args = parser.parse_args(argv)
     if args.concurrency > args.users:
         parser.error("--concurrency must not exceed --users (one user per connection)")
+    if args.server == "granian" and importlib.util.find_spec("granian") is None:
+        parser.error("granian is not installed (it is no dependency of Tocsin's): pip install granian")
     return args
 
 
