@@ -59,6 +59,7 @@ class LoadedSession:
     session_id: str
     data: dict[str, Any]
     ttl_seconds: int  # what Redis had left of the key's lifetime when it was read
+    signed_with_current_key: bool  # else its cookie is signed anew, refresh due or not
 
 
 @dataclass(frozen=True)
@@ -94,14 +95,16 @@ class SessionStore:
     def cookie_value(self, session_id: str) -> str:
         return f"{session_id}.{self._mac(self.keys.current, session_id)}"
 
-    def verified_id(self, cookie: str | None) -> str | None:
-        """The session id a cookie carries, if one of our keys signed it."""
+    def verified_id(self, cookie: str | None) -> tuple[str, bool] | None:
+        """The session id a cookie carries, if one of our keys signed it, and whether that
+        was the current key (a cookie signed with a previous one is signed anew)."""
         if not cookie or cookie.count(".") != 1 or len(cookie) > 200:
             return None
         session_id, mac = cookie.split(".")
-        if not any(hmac.compare_digest(mac, self._mac(key, session_id)) for key in self.keys.verifying):
-            return None
-        return session_id
+        for key in self.keys.verifying:
+            if hmac.compare_digest(mac, self._mac(key, session_id)):
+                return session_id, key == self.keys.current
+        return None
 
     def _ttl(self, data: dict[str, Any], now: float) -> int:
         """Seconds this session may live from now: the idle lifetime, never past the absolute."""
@@ -109,7 +112,7 @@ class SessionStore:
         left = (float(started) + self.absolute_seconds - now) if isinstance(started, int | float) else 0
         return int(min(self.idle_seconds, left))
 
-    async def load(self, session_id: str) -> LoadedSession | None:
+    async def load(self, session_id: str, *, signed_with_current_key: bool) -> LoadedSession | None:
         async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
             pipe.get(self._key(session_id))
             pipe.ttl(self._key(session_id))
@@ -123,7 +126,7 @@ class SessionStore:
         if not isinstance(data, dict) or self._ttl(data, time.time()) <= 0:
             await self.redis.delete(self._key(session_id))
             return None
-        return LoadedSession(session_id, data, int(ttl))
+        return LoadedSession(session_id, data, int(ttl), signed_with_current_key)
 
     async def create(self, data: dict[str, Any]) -> tuple[str, int]:
         """A new session for a sign-in: its id and its lifetime in seconds."""
@@ -139,11 +142,12 @@ class SessionStore:
         return session_id, ttl
 
     def is_fresh(self, loaded: LoadedSession, data: dict[str, Any]) -> bool:
-        """Nothing to write back: the handler left the session as it was, and its key has
-        no more than a refresh would give it and less than a step short of that (so the
-        cookie, refreshed with the key, still matches it too)."""
+        """Nothing to write back: the handler left the session as it was, its cookie is
+        signed with the current key, and its key has no more than a refresh would give it and
+        less than a step short of that (so the cookie, refreshed with the key, matches too)."""
         wanted = self._ttl(loaded.data, time.time())
-        return data == loaded.data and wanted - self.refresh_step <= loaded.ttl_seconds <= wanted
+        return (data == loaded.data and loaded.signed_with_current_key
+                and wanted - self.refresh_step <= loaded.ttl_seconds <= wanted)
 
     async def refresh(self, loaded: LoadedSession, data: dict[str, Any]) -> int | None:
         """Slide the idle lifetime (never past the absolute one) of a session that still
@@ -206,10 +210,10 @@ def session_identity(connection: AnyConnection) -> SessionIdentity | None:
 class SignedSessionBackend(ServerSideSessionBackend):
     async def load_from_connection(self, connection: AnyConnection) -> dict[str, Any]:
         store = session_store(connection)
-        session_id = store.verified_id(connection.cookies.get(self.config.key))
-        if session_id is None:
+        verified = store.verified_id(connection.cookies.get(self.config.key))
+        if verified is None:
             return {}
-        loaded = await store.load(session_id)
+        loaded = await store.load(verified[0], signed_with_current_key=verified[1])
         if loaded is None:
             return {}
         connection.state[_LOADED] = loaded
