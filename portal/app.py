@@ -15,7 +15,6 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
-from litestar.plugins.prometheus import PrometheusConfig
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from prometheus_client.registry import CollectorRegistry
@@ -25,6 +24,7 @@ from redis.asyncio import Redis as AsyncRedis
 from db.export_budget import ExportBudget
 from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
+from portal.http_latency import HttpLatency
 from portal.live import InboxListener
 from portal.metrics import WebCollector
 from portal.ratelimit import ApiKeyRateLimit, LoginThrottle, PasswordChecks
@@ -71,14 +71,6 @@ CONTENT_SECURITY_POLICY = (
 )
 # Behind https (PORTAL_URL), browsers must never fall back to http for this host.
 HSTS = "max-age=31536000"  # seconds: one year
-
-
-# Latency and counts by route template (/clients/{client_id}, never the raw path),
-# method and status: Litestar's own middleware, into the process's default registry. Left
-# out: the scrapes; unknown paths (404 probes), which have no template; and the live inbox
-# stream, open for minutes by design (tocsin_sse_connections counts those).
-HTTP_METRICS = PrometheusConfig(app_name="tocsin", prefix="tocsin_http", group_path=True,
-                                exclude_unhandled_paths=True, exclude=["^/metrics$", "^/inbox/stream$"])
 
 
 def create_app(
@@ -147,7 +139,7 @@ def create_app(
         ],
         guards=[requires_login],
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
-        middleware=[HTTP_METRICS.middleware,
+        middleware=[HttpLatency,  # first: it sees the status the exception handlers chose
                     session_config(secure=portal_settings.secure_cookies,
                                    idle_seconds=settings.session_idle_seconds).middleware],
         state=State({"settings": settings, "portal_settings": portal_settings,
