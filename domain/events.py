@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -310,11 +310,12 @@ def apply_event(state: SubjectState, event: EventIn) -> tuple[SubjectState, dict
     event sets whose value differs (explicit changes the host sent are kept, the register's
     diff wins where both name a fact); for a creation, what the host sent."""
     s = event.subject
-    fields = {**state.fields, **s.fields}
-    forms = {**state.forms, **s.forms}
-    hierarchy = {**state.hierarchy, **s.hierarchy}
-    after = replace(
-        state,
+    # Built directly, and a family merged only when the event sets some of it: this runs for
+    # every event of every batch.
+    fields = {**state.fields, **s.fields} if s.fields else state.fields
+    forms = {**state.forms, **s.forms} if s.forms else state.forms
+    hierarchy = {**state.hierarchy, **s.hierarchy} if s.hierarchy else state.hierarchy
+    after = SubjectState(
         title=state.title if s.title is None else s.title,
         status=state.status if s.status is None else s.status,
         time_zone=state.time_zone if s.time_zone is None else s.time_zone,

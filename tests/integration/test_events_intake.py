@@ -109,3 +109,40 @@ def test_events_of_one_subject_in_one_batch_see_each_other(desk: Desk) -> None:
     assert [e["changes"] for e in events_of(desk.tenant)] == [
         {}, {"field.amount": {"from": 1, "to": 2}}, {"field.amount": {"from": 2, "to": 3}}]
     assert stored == [(3,)]
+
+
+def test_a_batch_of_new_and_known_subjects_leaves_each_as_its_events_say(desk: Desk) -> None:
+    # A subject first seen in a batch is written by its INSERT alone; a known one is updated.
+    known = case_event("C-1", title="Known", status="open", assignees=[desk.ana], fields={"amount": 1})
+    with tenant_tx(desk.tenant.slug) as tx:
+        record_events(tx, parsed(known), "cli")
+    batch = [*parsed(case_event("C-2", title="New", status="escalated", time_zone="Europe/Paris",
+                                assignees=[desk.ben], hierarchy={"region": "north"},
+                                fields={"amount": 7}, forms={"intake": {"q1": "yes"}})),
+             *parsed(case_event("C-1", "updated", status="closed", assignees=[desk.ben],
+                                fields={"amount": 2, "currency": "EUR"})),
+             *parsed(case_event("C-2", "updated", fields={"amount": 8}))]
+    with tenant_tx(desk.tenant.slug) as tx:
+        record_events(tx, batch, "cli")
+        subjects = tx.conn.execute(
+            "SELECT s.external_id, s.title, s.status, s.time_zone, s.assigned_at IS NOT NULL, "
+            "array_agg(u.email ORDER BY u.email) FROM subjects s "
+            "JOIN subject_assignees a ON a.subject_id = s.id JOIN users u ON u.id = a.user_id "
+            "GROUP BY s.id ORDER BY s.external_id").fetchall()
+        fields = tx.conn.execute("SELECT s.external_id, f.name, f.value FROM subject_fields f "
+                                 "JOIN subjects s ON s.id = f.subject_id ORDER BY 1, 2").fetchall()
+        answers = tx.conn.execute("SELECT form, field, value FROM subject_form_answers").fetchall()
+        levels = tx.conn.execute("SELECT h.level, u.code FROM subject_hierarchy h "
+                                 "JOIN hierarchy_units u ON u.id = h.unit_id").fetchall()
+    assert subjects == [("C-1", "Known", "closed", None, True, [desk.ben]),
+                        ("C-2", "New", "escalated", "Europe/Paris", True, [desk.ben])]
+    assert fields == [("C-1", "amount", 2), ("C-1", "currency", "EUR"), ("C-2", "amount", 8)]
+    assert answers == [("intake", "q1", "yes")]
+    assert levels == [("region", "north")]
+    assert [e["changes"] for e in events_of(desk.tenant)][1:] == [
+        {},
+        {"subject.status": {"from": "open", "to": "closed"},
+         "subject.assignees": {"from": [desk.ana], "to": [desk.ben]},
+         "field.amount": {"from": 1, "to": 2}, "field.currency": {"from": None, "to": "EUR"}},
+        {"field.amount": {"from": 7, "to": 8}},
+    ]

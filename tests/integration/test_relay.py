@@ -91,7 +91,8 @@ def test_a_host_transaction_that_rolls_back_leaves_no_event(tenant: Tenant) -> N
     assert _count(tenant, "SELECT count(*) FROM subjects") == 0
 
 
-def test_a_batch_evaluated_three_times_claims_and_notifies_once(tenant: Tenant, worker: RunningWorker) -> None:
+def test_a_batch_evaluated_three_times_claims_and_notifies_once(
+        tenant: Tenant, worker: RunningWorker) -> None:
     _desk_with_rule(tenant)
     event_id = _host_event(tenant, "C-3", 3_000_000)
     with tenant_tx(tenant.slug) as tx:
