@@ -34,7 +34,7 @@ from db.events import record_events
 from db.tenancy import tenant_tx
 from domain.errors import Busy, InvalidInput, NotFound
 from domain.events import BATCH_LIMIT, EventIn, InvalidEvents, Problem, parse_batch, parse_event
-from portal.auth import PUBLIC
+from portal.auth import PUBLIC, UnknownParameter
 from portal.ratelimit import ApiKeyRateLimit
 
 log = logging.getLogger("tocsin.events_api")
@@ -185,6 +185,8 @@ def api_error(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[
     """Every error of the events API, as JSON (never the portal's HTML pages)."""
     if isinstance(exc, KeyRefused):
         return _error(401, "unauthorized", str(exc), {"WWW-Authenticate": 'Bearer realm="tocsin"'})
+    if isinstance(exc, UnknownParameter):  # the portal's app-wide guard, before the key's
+        return _error(400, "bad_request", f"unknown query parameter: {exc}")
     if isinstance(exc, InvalidEvents):
         return _error(422, "invalid", str(exc), problems=exc.problems)
     if isinstance(exc, InvalidInput):

@@ -98,6 +98,16 @@ def test_a_body_that_is_not_json_is_a_bad_request(api: ApiClient, desk: Desk, ke
     assert response.json()["error"] == "bad_request"
 
 
+def test_a_query_parameter_the_api_does_not_take_is_a_bad_request(
+        api: ApiClient, desk: Desk, key: str) -> None:
+    # With or without a key: the portal's check of query parameters runs first.
+    for headers in (bearer(key), {}):
+        response = api.post("/api/v1/events?page=2", headers=headers, json=case_event())
+        assert response.status_code == 400
+        assert response.json() == {"error": "bad_request", "message": "unknown query parameter: page"}
+    assert events_of(desk.tenant) == []
+
+
 def test_invalid_events_are_refused_naming_each_path(api: ApiClient, desk: Desk, key: str) -> None:
     event = case_event(assignees=["not an email"], colour="blue")
     event["type"] = "deleted"
