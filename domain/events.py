@@ -135,11 +135,29 @@ class _Reader:
                       f"is not a known property (expected one of {', '.join(sorted(allowed))})")
 
     def value(self, value: JsonValue, path: str) -> JsonValue:
-        if isinstance(value, float) and value != value:  # NaN never comes from JSON, but be sure
-            self.fail(path, "must be a JSON value")
+        # A host calling record_event may hand in any Python object: only what JSON holds is
+        # stored (a Decimal or a date would be written as a string and compare unequal later).
+        if not _is_json(value):
+            self.fail(path, f"must be a JSON value (string, number, boolean, null, array, object), "
+                            f"not {type(value).__name__}")
         elif len(repr(value)) > VALUE_LIMIT:
             self.fail(path, f"is larger than {VALUE_LIMIT} characters")
         return value
+
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def _is_json(value: object) -> bool:
+    if isinstance(value, _SCALARS):
+        return True
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))  # no NaN or Infinity in JSON
+    if isinstance(value, list):
+        return all(_is_json(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and _is_json(item) for key, item in value.items())
+    return False
 
 
 def _json_type(value: object) -> str:

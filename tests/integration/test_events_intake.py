@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import date
+from decimal import Decimal
+
 import psycopg
 import pytest
 from psycopg.rows import dict_row
@@ -62,6 +65,20 @@ def test_an_invalid_event_is_refused_and_leaves_the_host_transaction_usable(desk
         assert [p.path for p in refused.value.problems] == ["subject.hierarchy.region"]
         assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
         conn.commit()
+    assert events_of(desk.tenant) == []
+
+
+def test_a_host_value_json_cannot_hold_is_refused_naming_its_path(desk: Desk) -> None:
+    event = case_event("C-1", fields={"amount": Decimal("1500000.00"), "seen": [date(2024, 5, 1)]},
+                       forms={"intake": {"ratio": float("nan")}})
+    event["metadata"] = {"ok": {"nested": [1, "two", None, True, 2.5]}}
+    with host_connection() as conn:
+        with pytest.raises(InvalidEvents) as refused:
+            record_event(conn, desk.tenant.slug, event)
+        conn.rollback()
+    assert sorted(p.path for p in refused.value.problems) == [
+        "subject.fields.amount", "subject.fields.seen", "subject.forms.intake.ratio"]
+    assert "not Decimal" in str(refused.value)
     assert events_of(desk.tenant) == []
 
 
