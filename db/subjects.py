@@ -295,6 +295,13 @@ class _FactTable:
     def column_names(self) -> str:
         return ", ".join(c.split()[0] for c in self.columns.split(", "))
 
+    @property
+    def selected(self) -> str:
+        # json_to_recordset reads a JSON null as SQL NULL, even into a jsonb column: a fact
+        # whose value is null is stored as JSON null.
+        return ", ".join("coalesce(w.value, 'null')" if c == "value" else f"w.{c}"
+                         for c in self.column_names.split(", "))
+
 
 _FIELDS = _FactTable("subject_fields", "subject_id bigint, name text, value jsonb", "subject_id, name",
                      "value = EXCLUDED.value")
@@ -313,7 +320,7 @@ def _insert_facts(cur: Cursor, schema: str, table: _FactTable, before: dict[int,
     meet a stored one pay for it."""
     new = [r for r in rows if r["subject_id"] not in before]
     stored = [r for r in rows if r["subject_id"] in before]
-    insert = (f"INSERT INTO {{s}}.{table.name} ({table.column_names}) SELECT {table.column_names} "
+    insert = (f"INSERT INTO {{s}}.{table.name} ({table.column_names}) SELECT {table.selected} "
               f"FROM json_to_recordset(%s::json) AS w ({table.columns})")
     if new:
         cur.execute(schema_sql(schema, insert), [json_rows(new)])

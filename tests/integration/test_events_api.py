@@ -119,6 +119,28 @@ def test_invalid_events_are_refused_naming_each_path(api: ApiClient, desk: Desk,
     assert events_of(desk.tenant) == []
 
 
+def test_an_update_without_a_trigger_is_refused_even_as_null(api: ApiClient, desk: Desk, key: str) -> None:
+    without = case_event("C-1", "updated")
+    del without["trigger"]
+    for event in (without, {**without, "trigger": None}):
+        response = api.post("/api/v1/events", headers=bearer(key), json=event)
+        assert response.status_code == 422, response.text
+        assert [p["path"] for p in response.json()["problems"]] == ["trigger"]
+    assert events_of(desk.tenant) == []
+
+
+def test_the_nul_character_postgresql_cannot_store_is_refused_naming_each_path(
+        api: ApiClient, desk: Desk, key: str) -> None:
+    event = case_event("C-1", title="Card\x00fraud", fields={"note": ["a\x00b"]},
+                       hierarchy={"region": "north\x00"})
+    event["metadata"] = {"k\x00": 1}
+    response = api.post("/api/v1/events", headers=bearer(key), json=event)
+    assert response.status_code == 422, response.text
+    assert sorted(p["path"] for p in response.json()["problems"]) == [
+        "metadata.k\x00", "subject.fields.note", "subject.hierarchy.region", "subject.title"]
+    assert events_of(desk.tenant) == []
+
+
 def test_unknown_products_people_and_units_are_refused_naming_each_path(
         api: ApiClient, desk: Desk, key: str) -> None:
     response = api.post("/api/v1/events", headers=bearer(key),

@@ -135,9 +135,9 @@ def test_a_batch_of_new_and_known_subjects_leaves_each_as_its_events_say(desk: D
         record_events(tx, parsed(known), "cli")
     batch = [*parsed(case_event("C-2", title="New", status="escalated", time_zone="Europe/Paris",
                                 assignees=[desk.ben], hierarchy={"region": "north"},
-                                fields={"amount": 7}, forms={"intake": {"q1": "yes"}})),
+                                fields={"amount": 7, "note": None}, forms={"intake": {"q1": None}})),
              *parsed(case_event("C-1", "updated", status="closed", assignees=[desk.ben],
-                                fields={"amount": 2, "currency": "EUR"})),
+                                fields={"amount": 2, "currency": "EUR", "note": None})),
              *parsed(case_event("C-2", "updated", fields={"amount": 8}))]
     with tenant_tx(desk.tenant.slug) as tx:
         record_events(tx, batch, "cli")
@@ -153,8 +153,10 @@ def test_a_batch_of_new_and_known_subjects_leaves_each_as_its_events_say(desk: D
                                  "JOIN hierarchy_units u ON u.id = h.unit_id").fetchall()
     assert subjects == [("C-1", "Known", "closed", None, True, [desk.ben]),
                         ("C-2", "New", "escalated", "Europe/Paris", True, [desk.ben])]
-    assert fields == [("C-1", "amount", 2), ("C-1", "currency", "EUR"), ("C-2", "amount", 8)]
-    assert answers == [("intake", "q1", "yes")]
+    # a null value is stored as JSON null, on a new subject and a known one alike
+    assert fields == [("C-1", "amount", 2), ("C-1", "currency", "EUR"), ("C-1", "note", None),
+                      ("C-2", "amount", 8), ("C-2", "note", None)]
+    assert answers == [("intake", "q1", None)]
     assert levels == [("region", "north")]
     assert [e["changes"] for e in events_of(desk.tenant)][1:] == [
         {},
