@@ -51,6 +51,7 @@ def run_clock(stop: threading.Event | None = None) -> None:
         (relay_tick, "relay tick", settings.events_poll_seconds),
     ]
     due = {name: 0.0 for _, name, _ in schedule}
+    quiet_until = 0.0
     while not stop.is_set():
         now = time.monotonic()
         for actor, name, interval in schedule:
@@ -59,7 +60,12 @@ def run_clock(stop: threading.Event | None = None) -> None:
             due[name] = now + interval
             try:
                 actor.send()
-                log.info("%s enqueued", name)
+                if name != "relay tick":
+                    log.info("%s enqueued", name)
+                elif now >= quiet_until:  # every few seconds: said once a minute
+                    log.info("relay tick enqueued (every %ss, logged once a minute)",
+                             settings.events_poll_seconds)
+                    quiet_until = now + 60
             except Exception as error:  # Redis down: say so, and try again next interval
                 log.error("could not enqueue the %s: %s", name, error)
         stop.wait(max(0.0, min(due.values()) - time.monotonic()))

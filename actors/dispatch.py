@@ -5,12 +5,17 @@ a renewal or an invitation in the portal)."""
 
 from __future__ import annotations
 
-from actors.email import deliver_email
+from actors.email import EMAILS_PER_MESSAGE, deliver_email
 from db.tenancy import TenantTx
 
 
 def send_committed_emails(tx: TenantTx) -> None:
     """The rows were marked enqueued in the committed transaction; a send that fails here
     (Redis down) leaves them for the sweeper, which re-sends stale ones."""
-    for delivery_id in tx.emails_to_send:
-        deliver_email.send(tx.tenant.slug, delivery_id)
+    send_deliveries(tx.tenant.slug, tx.emails_to_send)
+
+
+def send_deliveries(slug: str, delivery_ids: list[int]) -> None:
+    """One deliver_email message per EMAILS_PER_MESSAGE deliveries of the tenant."""
+    for start in range(0, len(delivery_ids), EMAILS_PER_MESSAGE):
+        deliver_email.send(slug, *delivery_ids[start:start + EMAILS_PER_MESSAGE])

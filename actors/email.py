@@ -1,5 +1,6 @@
-"""deliver_email: check and claim (committed), wait for a send slot, note the call
-(committed), send through the provider, record the outcome (fenced by the claim token).
+"""deliver_email: for a few deliveries of one tenant, check and claim (committed), wait
+for send slots, note the calls (committed), send each through the provider, record the
+outcomes (fenced by each claim's token).
 
 The steps and the in-flight boundary they leave are described in db/deliveries.py.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from datetime import UTC, datetime
 from email.utils import parseaddr
 
@@ -15,13 +17,13 @@ import dramatiq
 
 from actors.metrics import EMAIL_ATTEMPTS, EMAIL_ERRORS
 from actors.rate_limit import RateLimited, get_limiter
-from actors.ses import OutgoingEmail, ProviderError, get_mailer
+from actors.ses import Accepted, OutgoingEmail, ProviderError, get_mailer
 from db.deliveries import (
     ClaimedEmail,
     Settled,
-    claim_delivery,
-    mark_provider_called,
-    record_accepted,
+    claim_deliveries,
+    mark_providers_called,
+    record_acceptances,
     record_failure,
     record_unknown,
 )
@@ -37,50 +39,139 @@ from tocsin.timekeeping import utcnow
 # Ids, attempts and outcomes only: never addresses or message bodies.
 log = logging.getLogger("tocsin.email")
 
-@dramatiq.actor(queue_name="email", time_limit=2 * 60_000, max_age=60 * 60_000)  # milliseconds
-def deliver_email(slug: str, delivery_id: int) -> None:
-    """Safe to run any number of times, at once or in sequence: only the run whose claim
-    moves the delivery to sending calls the provider; the others find nothing to do."""
+EMAILS_PER_MESSAGE = 20  # deliveries of one tenant that one deliver_email message carries
+SEND_WINDOW = 1.0  # seconds: under a send rate, the slots marked provider-called at once span this
+# At most this many deliveries are marked provider-called ahead of their sends: what a
+# worker killed mid-message leaves uncertain (resent once, same Message-ID, unless an SES
+# event settles it), per thread. One mark per delivery would cost a statement each.
+MARKED_AHEAD = 5
+
+
+# The time limit stays under the default lease (5 minutes): a stuck worker records its
+# outcome before the sweeper may take its deliveries over.
+@dramatiq.actor(queue_name="email", time_limit=4 * 60_000, max_age=60 * 60_000)  # milliseconds
+def deliver_email(slug: str, *delivery_ids: int) -> None:
+    """Send up to EMAILS_PER_MESSAGE deliveries of one tenant: one claim transaction for
+    them all, one provider-called mark per group of send slots, one call each, one
+    transaction for the acceptances. Per-delivery transactions and messages cost a
+    delivery several times what the provider call does.
+
+    Safe to run any number of times, at once or in sequence: only the run whose claim
+    moves a delivery to sending calls the provider for it; the others find nothing to do."""
     settings = runtime.settings()
-    claim = _claim(slug, delivery_id, settings)
-    if claim is None:
-        return
-    try:
-        get_limiter().acquire()
-    except RateLimited as error:
-        _record_error(slug, claim, ProviderError(ErrorClass.TRANSIENT, f"local rate limit: {error}"))
-        return
-    with tenant_tx(slug) as tx:
-        if not mark_provider_called(tx, claim):
-            log.warning("delivery tenant=%s id=%d attempt=%d lease lost before the send; not sent",
-                        slug, claim.delivery_id, claim.attempt)
+    # Sends start only while half the lease is left: past that, a slow provider could keep
+    # a call going until the sweeper takes the delivery over and sends it again.
+    send_until = time.monotonic() + settings.delivery_lease_seconds / 2
+    claims = _claim(slug, sorted(set(delivery_ids)), settings)
+    if claims:
+        _Batch(slug, claims, settings, send_until).send()
+
+
+class _Batch:
+    """The claimed deliveries of one message, each ending recorded: accepted, failed or
+    unknown, or released unsent when the worker stops before its turn."""
+
+    def __init__(self, slug: str, claims: list[ClaimedEmail], settings: Settings, send_until: float):
+        self.slug = slug
+        self.settings = settings
+        self.send_until = send_until
+        self.waiting = list(claims)  # claimed, not yet handed to the provider
+        self.accepted: list[tuple[ClaimedEmail, Accepted]] = []
+
+    def send(self) -> None:
+        limiter = get_limiter()
+        group_size = max(1, min(MARKED_AHEAD, int(limiter.per_second * SEND_WINDOW)))
+        try:
+            while self.waiting:
+                group = self.waiting[:group_size]
+                try:
+                    slots = limiter.reserve(len(group))
+                except RateLimited as error:
+                    for claim in list(self.waiting):
+                        self.waiting.remove(claim)
+                        _record_error(self.slug, claim, ProviderError(
+                            ErrorClass.TRANSIENT, f"local rate limit: {error}"))
+                    return
+                called = _mark_called(self.slug, group)
+                for n, claim in enumerate(group):
+                    if claim not in called:
+                        self.waiting.remove(claim)
+                        log.warning("delivery tenant=%s id=%d attempt=%d lease lost before the send; "
+                                    "not sent", self.slug, claim.delivery_id, claim.attempt)
+                        continue
+                    slots.wait_for(n)
+                    if time.monotonic() > self.send_until:
+                        self._release("the lease was running out")
+                        return
+                    self._send_one(claim)
+        except BaseException as error:  # a time limit or shutdown: what was not sent goes back
+            self._release(f"the worker stopped ({type(error).__name__})")
+            raise
+        finally:
+            self._record_accepted()
+
+    def _send_one(self, claim: ClaimedEmail) -> None:
+        self.waiting.remove(claim)
+        EMAIL_ATTEMPTS.inc()
+        try:
+            accepted = get_mailer().send(_compose(self.slug, claim, self.settings))
+        except ProviderError as error:
+            EMAIL_ERRORS.labels(error.error_class.value).inc()
+            _record_error(self.slug, claim, error)
             return
-    EMAIL_ATTEMPTS.inc()
-    try:
-        accepted = get_mailer().send(_compose(slug, claim, settings))
-    except ProviderError as error:
-        EMAIL_ERRORS.labels(error.error_class.value).inc()
-        _record_error(slug, claim, error)
-        return
-    except BaseException as error:  # a time limit or shutdown while the request was out
-        EMAIL_ERRORS.labels(ErrorClass.UNCERTAIN.value).inc()
-        _record_lost_answer(slug, claim, type(error).__name__)
-        raise
-    recorded = retrying(lambda: _accepted(slug, claim, accepted.provider_message_id, accepted.request_id))
-    log.info("delivery tenant=%s id=%d attempt=%d accepted request=%s%s", slug, claim.delivery_id,
-             claim.attempt, accepted.request_id,
-             "" if recorded else " (another worker holds it now: not recorded)")
+        except BaseException as error:  # a time limit or shutdown while the request was out
+            EMAIL_ERRORS.labels(ErrorClass.UNCERTAIN.value).inc()
+            _record_lost_answer(self.slug, claim, type(error).__name__)
+            raise
+        self.accepted.append((claim, accepted))
+
+    def _release(self, why: str) -> None:
+        """Back to pending, due now: these were claimed (some marked provider-called) but never
+        handed to the provider, so they are not unknown; each attempt ends as a retry."""
+        released, self.waiting = self.waiting, []
+        if not released:
+            return
+        log.warning("delivery tenant=%s ids=%s not sent: %s; pending again", self.slug,
+                    ",".join(str(c.delivery_id) for c in released), why)
+        try:
+            retrying(lambda: _released(self.slug, released, f"not sent: {why}"))
+        except Exception:  # the sweeper recovers their expired leases instead
+            log.exception("delivery tenant=%s could not release unsent deliveries", self.slug)
+
+    def _record_accepted(self) -> None:
+        if not self.accepted:
+            return
+        recorded = retrying(lambda: _accepted(self.slug, self.accepted))
+        for claim, accepted in self.accepted:
+            log.info("delivery tenant=%s id=%d attempt=%d accepted request=%s%s", self.slug,
+                     claim.delivery_id, claim.attempt, accepted.request_id,
+                     "" if claim.delivery_id in recorded
+                     else " (another worker holds it now: not recorded)")
+        self.accepted = []
 
 
-def _claim(slug: str, delivery_id: int, settings: Settings) -> ClaimedEmail | None:
+def _claim(slug: str, delivery_ids: list[int], settings: Settings) -> list[ClaimedEmail]:
+    """One transaction: each delivery claimed, or settled (cancelled, deferred, batched),
+    or not ours. In id order, as every claim takes its row locks, so two messages naming
+    the same deliveries cannot deadlock."""
     with tenant_tx(slug) as tx:
-        claim = claim_delivery(tx, delivery_id, settings.delivery_lease_seconds, utcnow(),
-                               settings.portal_url)
-    if isinstance(claim, Settled):
-        log.info("delivery tenant=%s id=%d not sent now (%s): %s", slug, delivery_id, claim.action,
-                 claim.reason)
-        return None
-    return claim
+        results = claim_deliveries(tx, delivery_ids, settings.delivery_lease_seconds, utcnow(),
+                                   settings.portal_url)
+    claims = []
+    for result in results:
+        if isinstance(result, Settled):
+            log.info("delivery tenant=%s id=%d not sent now (%s): %s", slug, result.delivery_id,
+                     result.action, result.reason)
+        else:
+            claims.append(result)
+    return claims
+
+
+def _mark_called(slug: str, claims: list[ClaimedEmail]) -> list[ClaimedEmail]:
+    """Committed before the first of these calls: the claims whose lease still holds."""
+    with tenant_tx(slug) as tx:
+        marked = mark_providers_called(tx, claims)
+    return [c for c in claims if c.delivery_id in marked]
 
 
 def _compose(slug: str, claim: ClaimedEmail, settings: Settings) -> OutgoingEmail:
@@ -97,9 +188,19 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings) -> OutgoingEmai
                          email_text(claim.body, link, unsubscribe), tags, unsubscribe_url=unsubscribe)
 
 
-def _accepted(slug: str, claim: ClaimedEmail, message_id: str, request_id: str | None) -> bool:
+def _accepted(slug: str, accepted: list[tuple[ClaimedEmail, Accepted]]) -> set[int]:
+    """The acceptances in one transaction: the delivery ids recorded (a row another worker
+    has claimed since is not)."""
     with tenant_tx(slug) as tx:
-        return record_accepted(tx, claim, message_id, request_id)
+        return record_acceptances(tx, [(claim, answer.provider_message_id, answer.request_id)
+                                       for claim, answer in accepted])
+
+
+def _released(slug: str, claims: list[ClaimedEmail], why: str) -> None:
+    now = datetime.now(UTC)
+    with tenant_tx(slug) as tx:
+        for claim in claims:
+            record_failure(tx, claim, error_class=ErrorClass.TRANSIENT.value, error=why, retry_at=now)
 
 
 def _record_lost_answer(slug: str, claim: ClaimedEmail, why: str) -> None:

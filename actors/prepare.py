@@ -19,8 +19,8 @@ import logging
 import dramatiq
 
 from db.rule_notices import PreparationFailed, prepare_rule_claims, record_preparation_failure
-from db.tenancy import tenant_tx
-from domain.preparation_queues import SHARED_QUEUE, preparation_queue
+from db.tenancy import TenantTx, tenant_tx
+from domain.preparation_queues import preparation_queue
 from tocsin import runtime
 
 log = logging.getLogger("tocsin.prepare")
@@ -28,7 +28,9 @@ log = logging.getLogger("tocsin.prepare")
 MAX_RETRIES = 4  # Dramatiq retries after the first run; PREPARE_MAX_ATTEMPTS bounds each claim
 
 
-@dramatiq.actor(queue_name=SHARED_QUEUE, max_retries=MAX_RETRIES, min_backoff=1_000,  # milliseconds
+# Declared on the shared queue (the literal is SHARED_QUEUE: tests/integration/
+# test_worker_registry.py reads it from the source); send_preparation picks the product's.
+@dramatiq.actor(queue_name="prepare_other", max_retries=MAX_RETRIES, min_backoff=1_000,  # milliseconds
                 max_backoff=30_000, time_limit=2 * 60_000)  # milliseconds
 def prepare_notices(slug: str, ledger_ids: list[int]) -> None:
     ids = [int(i) for i in ledger_ids]
@@ -50,6 +52,16 @@ def _record(slug: str, ledger_id: int, reason: str) -> None:
     log.warning("preparation failed tenant=%s ledger=%d attempt=%d%s: %s", slug, ledger_id,
                 recorded.attempts, " (giving up: shown on Needs attention)" if recorded.gave_up else "",
                 reason)
+
+
+def send_committed_claims(tx: TenantTx) -> None:
+    """After-commit listener (db/tenancy.py on_commit): the rule claims a committed
+    transaction collected in tx.claims_to_prepare, one message per product."""
+    by_product: dict[str, list[int]] = {}
+    for product, ledger_id in tx.claims_to_prepare:
+        by_product.setdefault(product, []).append(ledger_id)
+    for product, ledger_ids in sorted(by_product.items()):
+        send_preparation(tx.tenant.slug, product, ledger_ids)
 
 
 def send_preparation(slug: str, product: str, ledger_ids: list[int]) -> None:

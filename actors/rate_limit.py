@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import redis
 
-# KEYS[1]: the schedule key. ARGV: slot spacing in µs, longest wait granted in µs.
+# KEYS[1]: the schedule key. ARGV: the time reserved in µs (slot spacing x slots), longest
+# wait granted in µs.
 # Returns {wait_us, slot_us}, or {-1, 0} when the next slot is further than the longest wait.
 _RESERVE = """
 local now = redis.call('TIME')
@@ -42,6 +43,22 @@ class Slot:
     waited: float  # seconds slept to reach it
 
 
+@dataclass(frozen=True)
+class Slots:
+    """Consecutive slots reserved in one round trip, the first already reached."""
+
+    at_us: list[int]  # each reserved instant on Redis' clock, in microseconds
+    waited: float  # seconds slept to reach the first
+    first_at: float  # time.monotonic() when the first was reached
+    spacing: float  # seconds between two slots
+
+    def wait_for(self, n: int) -> None:
+        """Sleep until slot ``n`` (0 is the first, reached already)."""
+        delay = self.first_at + n * self.spacing - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
 class SendRateLimiter:
     def __init__(self, client: redis.Redis, key: str, per_second: float, max_wait: float = 60.0):
         if per_second <= 0:
@@ -55,13 +72,23 @@ class SendRateLimiter:
 
     def acquire(self) -> Slot:
         """Reserve the next slot and sleep until it; RateLimited if it is too far away."""
-        wait_us, slot_us = (int(v) for v in self._script(keys=[self._key],
-                                                         args=[self._spacing_us, self._max_wait_us]))
+        slots = self.reserve(1)
+        return Slot(slots.at_us[0], slots.waited)
+
+    def reserve(self, count: int) -> Slots:
+        """Reserve the next ``count`` consecutive slots in one round trip and sleep until
+        the first; RateLimited if the first is too far away. The caller sleeps until each
+        of the others with ``Slots.wait_for``."""
+        if count < 1:
+            raise ValueError(f"reserve at least one slot, not {count}")
+        wait_us, slot_us = (int(v) for v in self._script(
+            keys=[self._key], args=[self._spacing_us * count, self._max_wait_us]))
         if wait_us < 0:
             raise RateLimited(f"no send slot within {self._max_wait_us / 1e6:.0f}s")
         if wait_us:
             time.sleep(wait_us / 1_000_000)
-        return Slot(slot_us, wait_us / 1_000_000)
+        return Slots([slot_us + n * self._spacing_us for n in range(count)], wait_us / 1_000_000,
+                     time.monotonic(), self._spacing_us / 1_000_000)
 
 
 _lock = threading.Lock()

@@ -153,18 +153,6 @@ def wake_relay_after_commit(tx: TenantTx) -> None:
         wake(tx.tenant.slug)
 
 
-def claims_to_prepare_after_commit(tx: TenantTx) -> None:
-    """After-commit listener: hand new rule claims to their product's preparation queue."""
-    if tx.claims_to_prepare:
-        from actors.prepare import send_preparation
-
-        by_product: dict[str, list[int]] = {}
-        for product, ledger_id in tx.claims_to_prepare:
-            by_product.setdefault(product, []).append(ledger_id)
-        for product, ids in by_product.items():
-            send_preparation(tx.tenant.slug, product, ids)
-
-
 @dramatiq.actor(queue_name="relay", time_limit=60_000, max_age=10 * 60_000)  # milliseconds
 def relay_tenant(slug: str) -> None:
     settings = runtime.settings()
@@ -237,4 +225,6 @@ def relay_tick() -> None:
         wake(slug)
     if tenants:
         coord.set_cursor(tenants[0].slug)
-    log.info("relay tick: %d of %d tenant(s) had events waiting", len(ready), len(slugs))
+    # Said when it found work; otherwise quietly (the clock says once a minute that it ticks).
+    (log.info if ready else log.debug)("relay tick: %d of %d tenant(s) had events waiting",
+                                       len(ready), len(slugs))

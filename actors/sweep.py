@@ -27,6 +27,7 @@ from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.preferences import release_due_deferrals
 from db.recovery import LeaseReport, ReconcileReport, expire_leases, reconcile_unknown
+from db.rule_notices import unprepared_rule_claims
 from db.runs import fan_out_order, record_completed
 from db.tenancy import tenant_tx
 from domain.delivery import UnknownPolicy
@@ -60,6 +61,8 @@ def run_sweep(slug: str, *, messages_lost: bool = False) -> SweepReport:
         reconciled = reconcile_unknown(tx, settings.reconcile_window_seconds,
                                        UnknownPolicy(tx.tenant.unknown_outcome_policy))
         repaired = prepare_claims(tx, now)
+        # Rule claims whose preparation message was lost: to their product's queue again.
+        repaired += unprepared_rule_claims(tx, settings.sweep_interval_seconds)
         release_due_deferrals(tx, now)  # quiet hours over: due now, by the app's clock
         to_send = schedule_due_deliveries(tx, everything=messages_lost)
         raised = raise_alerts(tx, timedelta(seconds=settings.stuck_grace_seconds))

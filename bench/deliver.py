@@ -6,8 +6,9 @@
 Builds ``--deliveries`` due email deliveries, committed in PostgreSQL set-based over
 ``--tenants`` bench tenants (slugs bench-deliver-1...): each the pending email of an inbox
 notification of a claimed licence notice (ledger row, client, member recipient), exactly
-what a scan and ``prepare`` leave behind. One ``deliver_email`` message per delivery is put
-in Redis, then the worker is started as the Procfile does (``tocsin worker --processes P
+what a scan and ``prepare`` leave behind. They are put in Redis as a committed scan hands
+them over (actors/dispatch.py: one ``deliver_email`` message per 20 deliveries of a
+tenant), then the worker is started as the Procfile does (``tocsin worker --processes P
 --threads T``) and sends them all to a local SES v2 endpoint (bench/ses_endpoint.py, an
 asyncio server fast enough not to be the bottleneck; moto would be). For each ``P`` in
 ``--processes`` it measures, in the same run:
@@ -315,7 +316,8 @@ def stop(process: subprocess.Popen[bytes], what: str) -> None:
 
 def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int, tenants: int,
                    processes: int, threads: int, send_rate: float) -> DeliveryRun:
-    from actors.email import deliver_email
+    from actors.dispatch import send_deliveries
+    from actors.email import EMAILS_PER_MESSAGE
 
     drop_bench_tenants(conn)
     started = time.perf_counter()
@@ -325,9 +327,9 @@ def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int,
     endpoint.reset()
     started = time.perf_counter()
     for t in built:
-        for delivery_id in delivery_ids(conn, t):
-            deliver_email.send(t.slug, delivery_id)
-    say(f"    enqueued {count:,} deliver_email messages ({time.perf_counter() - started:.1f} s)")
+        send_deliveries(t.slug, delivery_ids(conn, t))
+    say(f"    enqueued {count:,} deliveries as the product does, {EMAILS_PER_MESSAGE} of a tenant "
+        f"per deliver_email message ({time.perf_counter() - started:.1f} s)")
     env = dict(os.environ, SES_MAX_SEND_RATE=f"{send_rate:g}")
     log = LOGS / f"worker-{label.replace(' ', '-')}.log"
     load_before = load()

@@ -43,11 +43,12 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_api_key(tenant_slug: str, label: str) -> tuple[ApiKey, str]:
-    """A new key for the tenant: its record, and the key itself (shown once, never stored)."""
+def create_api_key(tenant_slug: str, label: str, *, published: str | None = None) -> tuple[ApiKey, str]:
+    """A new key for the tenant: its record, and the key itself (shown once, never stored).
+    ``published`` is the demo's only: a key printed in the README, like the demo password."""
     tenant = get_tenant(valid_slug(tenant_slug))
     label = valid_name(label, "key label")
-    key = KEY_PREFIX + secrets.token_urlsafe(KEY_BYTES)
+    key = published or KEY_PREFIX + secrets.token_urlsafe(KEY_BYTES)
     with connection() as conn:
         row = conn.execute(
             "INSERT INTO control.api_keys (tenant_id, label, key_hash, prefix) VALUES (%s, %s, %s, %s) "

@@ -1,7 +1,9 @@
 """Email deliveries: the last-moment eligibility check, the lease-and-token claim, and
 result writes fenced by that token.
 
-One send is three short transactions around the provider call:
+One send is three short transactions around the provider call (each may cover several
+deliveries of one tenant: actors/email.py claims up to 20 at once, marks a group of them
+just before their calls, and records their acceptances together):
   1. claim: lock the due row, re-check eligibility, then one UPDATE to `sending` with a
      fresh claim_token, a lease and attempts + 1 (or cancel it, with the reason);
   2. `mark_provider_called`, committed right before the call: from here on a lost answer
@@ -21,7 +23,7 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from db.digests import digest_email, mark_digest_items_delivered
-from db.preferences import apply_send_check, email_send_check
+from db.preferences import apply_send_check, email_send_checks
 from db.tenancy import TenantTx
 from domain.delivery import WAITING, Status, guard
 
@@ -78,10 +80,18 @@ class ClaimedEmail:
 
 def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
     """Lock a due pending or deferred delivery for this transaction, or None when it is
-    not ours to send (sent, being sent, cancelled, not yet due). It waits for a short
-    transaction holding the row (a scan marking it enqueued, another worker claiming it)
-    and then re-reads it: skipping would drop the message while the row stays unsent."""
-    row = tx.conn.execute(
+    not ours to send (sent, being sent, cancelled, not yet due)."""
+    due = lock_due_deliveries(tx, [delivery_id])
+    return due[0] if due else None
+
+
+def lock_due_deliveries(tx: TenantTx, delivery_ids: list[int]) -> list[DueDelivery]:
+    """Lock those of these deliveries that are due, pending or deferred, in id order (the
+    order every claim locks in, so two claims of overlapping ids cannot deadlock); the
+    others are not ours to send (sent, being sent, cancelled, not yet due). It waits for a
+    short transaction holding a row (a scan marking it enqueued, another worker claiming
+    it) and then re-reads it: skipping would drop the message while the row stays unsent."""
+    rows = tx.conn.execute(
         f"""
         SELECT d.id, u.id, n.category, {_VERDICT},
                coalesce(n.data ->> 'critical' = 'true', false)
@@ -91,15 +101,14 @@ def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
         JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
         LEFT JOIN notification_ledger l ON l.id = coalesce(n.ledger_id, g.ledger_id)
         LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
-        WHERE d.id = %s AND d.status = ANY(%s) AND d.send_after <= now()
+        WHERE d.id = ANY(%s) AND d.status = ANY(%s) AND d.send_after <= now()
+        ORDER BY d.id
         FOR UPDATE OF d
         """,
-        [delivery_id, _WAITING],
-    ).fetchone()
-    if row is None:
-        return None
-    return DueDelivery(int(str(row[0])), int(str(row[1])), None if row[2] is None else str(row[2]),
-                       None if row[3] is None else str(row[3]), bool(row[4]))
+        [sorted(delivery_ids), _WAITING],
+    ).fetchall()
+    return [DueDelivery(int(str(r[0])), int(str(r[1])), None if r[2] is None else str(r[2]),
+                        None if r[3] is None else str(r[3]), bool(r[4])) for r in rows]
 
 
 def settle_unsent(
@@ -121,17 +130,26 @@ def settle_unsent(
 
 
 def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int, portal_url: str = "") -> ClaimedEmail:
+    """``start_attempts`` for one delivery."""
+    return start_attempts(tx, [delivery_id], lease_seconds, portal_url)[0]
+
+
+def start_attempts(
+    tx: TenantTx, delivery_ids: list[int], lease_seconds: int, portal_url: str = ""
+) -> list[ClaimedEmail]:
     """The claim: one guarded UPDATE to sending, with a fresh token, a lease and the
-    attempt counted, plus the attempt's history row. The row must be locked by
-    ``lock_due_delivery`` in this transaction."""
-    row = tx.conn.execute(
+    attempt counted, plus each attempt's history row, for every one of these deliveries.
+    The rows must be locked by ``lock_due_deliveries`` in this transaction."""
+    if not delivery_ids:
+        return []
+    rows = tx.conn.execute(
         """
         WITH claimed AS (
             UPDATE notification_deliveries
             SET status = 'sending', claim_token = gen_random_uuid(),
                 lease_until = now() + make_interval(secs => %(lease)s),
                 attempts = attempts + 1, status_reason = NULL, updated_at = now()
-            WHERE id = %(id)s AND status = ANY(%(from)s) AND send_after <= now()
+            WHERE id = ANY(%(ids)s) AND status = ANY(%(from)s) AND send_after <= now()
             RETURNING id, notification_id, digest_id, claim_token, attempts
         ), attempt AS (
             INSERT INTO delivery_attempts (delivery_id, attempt_no, claim_token)
@@ -143,22 +161,27 @@ def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int, portal_url
         LEFT JOIN notifications n ON n.id = c.notification_id
         LEFT JOIN digests g ON g.id = c.digest_id
         JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
+        ORDER BY c.id
         """,
-        {"id": delivery_id, "lease": lease_seconds, "from": _TO_SENDING},
-    ).fetchone()
-    if row is None:
-        raise RuntimeError(f"delivery {delivery_id} was not locked for its claim")
-    token = row[1]
-    assert isinstance(token, UUID)
-    digest_id = None if row[9] is None else int(str(row[9]))
-    title, body = str(row[6]), str(row[7])
-    if digest_id is not None:
-        title, body = digest_email(tx, digest_id, portal_url)
-    return ClaimedEmail(
-        int(str(row[0])), token, int(str(row[2])), int(str(row[3])), str(row[4]),
-        None if row[5] is None else str(row[5]), title, body,
-        None if row[8] is None else str(row[8]), digest_id,
-    )
+        {"ids": sorted(delivery_ids), "lease": lease_seconds, "from": _TO_SENDING},
+    ).fetchall()
+    if len(rows) != len(set(delivery_ids)):
+        missing = set(delivery_ids) - {int(str(r[0])) for r in rows}
+        raise RuntimeError(f"deliveries {sorted(missing)} were not locked for their claim")
+    claims = []
+    for row in rows:
+        token = row[1]
+        assert isinstance(token, UUID)
+        digest_id = None if row[9] is None else int(str(row[9]))
+        title, body = str(row[6]), str(row[7])
+        if digest_id is not None:
+            title, body = digest_email(tx, digest_id, portal_url)
+        claims.append(ClaimedEmail(
+            int(str(row[0])), token, int(str(row[2])), int(str(row[3])), str(row[4]),
+            None if row[5] is None else str(row[5]), title, body,
+            None if row[8] is None else str(row[8]), digest_id,
+        ))
+    return claims
 
 
 @dataclass(frozen=True)
@@ -178,64 +201,102 @@ def claim_delivery(
     delivery must not go now, what became of it (cancelled with the reason, deferred to
     the end of quiet hours, batched for a digest); or None when it is not ours.
     Commit before calling the provider."""
-    due = lock_due_delivery(tx, delivery_id)
-    if due is None:
-        return None
-    if due.verdict is not None:
-        settle_unsent(tx, due.delivery_id, "cancelled", due.verdict)
-        return Settled(due.delivery_id, "cancelled", due.verdict)
+    results = claim_deliveries(tx, [delivery_id], lease_seconds, now, portal_url)
+    return results[0] if results else None
+
+
+def claim_deliveries(
+    tx: TenantTx, delivery_ids: list[int], lease_seconds: int, now: datetime | None = None,
+    portal_url: str = "",
+) -> list[ClaimedEmail | Settled]:
+    """``claim_delivery`` for several deliveries of the tenant, set-based (a handful of
+    statements whatever their number); those not ours are left out."""
+    due = lock_due_deliveries(tx, delivery_ids)
     # The recipient's preference as it is now: an opt-out, new quiet hours or a switch to
-    # digests made after the claim is honoured here. The locked row already names the
-    # recipient and category (delivery_send_check would look them up again: one round trip
-    # of the few every send pays); a digest (no category) always goes, as there.
-    if due.category is None:
-        return start_attempt(tx, due.delivery_id, lease_seconds, portal_url)
-    check = email_send_check(tx, due.recipient_user_id, due.category, now or datetime.now(UTC),
-                             critical=due.critical)
-    if check.action.value != "send":
-        apply_send_check(tx, due.delivery_id, check)
-        return Settled(due.delivery_id, check.action.value, check.reason or check.action.value)
-    return start_attempt(tx, due.delivery_id, lease_seconds, portal_url)
+    # digests made after the claim is honoured here. The locked rows already name the
+    # recipient, the category and whether the notice itself is critical; a digest (no
+    # category) always goes.
+    checks = email_send_checks(
+        tx, sorted({(d.recipient_user_id, d.category, d.critical) for d in due
+                    if d.verdict is None and d.category is not None}),
+        now or datetime.now(UTC))
+    results: list[ClaimedEmail | Settled] = []
+    to_send = []
+    for d in due:
+        if d.verdict is not None:
+            settle_unsent(tx, d.delivery_id, "cancelled", d.verdict)
+            results.append(Settled(d.delivery_id, "cancelled", d.verdict))
+            continue
+        check = None if d.category is None else checks[(d.recipient_user_id, d.category, d.critical)]
+        if check is not None and check.action.value != "send":
+            apply_send_check(tx, d.delivery_id, check)
+            results.append(Settled(d.delivery_id, check.action.value,
+                                   check.reason or check.action.value))
+            continue
+        to_send.append(d.delivery_id)
+    return results + list(start_attempts(tx, to_send, lease_seconds, portal_url))
 
 
 def mark_provider_called(tx: TenantTx, claim: ClaimedEmail) -> bool:
     """Commit, just before the provider call, that the call is about to happen. False if
     our lease has run out or another worker holds the row now: then do not call."""
-    row = tx.conn.execute(
+    return claim.delivery_id in mark_providers_called(tx, [claim])
+
+
+def mark_providers_called(tx: TenantTx, claims: list[ClaimedEmail]) -> set[int]:
+    """``mark_provider_called`` for several claims in one statement: the delivery ids whose
+    lease still holds, the only ones to call the provider for."""
+    if not claims:
+        return set()
+    rows = tx.conn.execute(
         """
         UPDATE delivery_attempts a SET provider_called_at = now()
-        FROM notification_deliveries d
-        WHERE a.delivery_id = %(id)s AND a.claim_token = %(token)s AND a.ended_at IS NULL
-          AND d.id = a.delivery_id AND d.claim_token = %(token)s AND d.status = 'sending'
+        FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS c(id, token), notification_deliveries d
+        WHERE a.delivery_id = c.id AND a.claim_token = c.token AND a.ended_at IS NULL
+          AND d.id = c.id AND d.claim_token = c.token AND d.status = 'sending'
           AND d.lease_until > now()
-        RETURNING a.id
+        RETURNING a.delivery_id
         """,
-        {"id": claim.delivery_id, "token": claim.claim_token},
-    ).fetchone()
-    return row is not None
+        {"ids": [c.delivery_id for c in claims], "tokens": [c.claim_token for c in claims]},
+    ).fetchall()
+    return {int(str(r[0])) for r in rows}
 
 
 def record_accepted(
     tx: TenantTx, claim: ClaimedEmail, provider_message_id: str, request_id: str | None
 ) -> bool:
-    """Record the provider's acceptance; False if another worker has claimed the row since.
+    """Record the provider's acceptance; False if another worker has claimed the row since."""
+    return claim.delivery_id in record_acceptances(tx, [(claim, provider_message_id, request_id)])
+
+
+def record_acceptances(
+    tx: TenantTx, accepted: list[tuple[ClaimedEmail, str, str | None]]
+) -> set[int]:
+    """Record the provider's acceptances (claim, provider message id, request id) in one
+    statement: the delivery ids recorded; a row another worker has claimed since is not.
     A row the sweeper marked unknown while we waited still carries our token: the answer
     we hold is the truth about it, so it is recorded."""
-    row = tx.conn.execute(
+    if not accepted:
+        return set()
+    rows = tx.conn.execute(
         """
-        WITH accepted AS (
-            UPDATE notification_deliveries
-            SET status = 'accepted', provider_message_id = coalesce(provider_message_id, %(message_id)s),
+        WITH answer AS (
+            SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(message_ids)s::text[],
+                                 %(request_ids)s::text[]) AS x(id, token, message_id, request_id)
+        ), accepted AS (
+            UPDATE notification_deliveries d
+            SET status = 'accepted', provider_message_id = coalesce(d.provider_message_id, x.message_id),
                 accepted_at = now(), lease_until = NULL, unknown_since = NULL, last_error = NULL,
                 last_error_class = NULL, status_reason = NULL, updated_at = now()
-            WHERE id = %(id)s AND claim_token = %(token)s AND status = ANY(%(from)s)
-            RETURNING id, notification_id
+            FROM answer x
+            WHERE d.id = x.id AND d.claim_token = x.token AND d.status = ANY(%(from)s)
+            RETURNING d.id, d.notification_id
         ), attempt AS (
-            UPDATE delivery_attempts
-            SET ended_at = now(), outcome = 'accepted', provider_message_id = %(message_id)s,
-                provider_request_id = %(request_id)s, error = NULL, error_class = NULL
-            WHERE delivery_id = %(id)s AND claim_token = %(token)s
-              AND EXISTS (SELECT 1 FROM accepted)
+            UPDATE delivery_attempts a
+            SET ended_at = now(), outcome = 'accepted', provider_message_id = x.message_id,
+                provider_request_id = x.request_id, error = NULL, error_class = NULL
+            FROM answer x, accepted
+            WHERE a.delivery_id = x.id AND a.claim_token = x.token AND accepted.id = x.id
         ), ledger AS (
             UPDATE notification_ledger l SET delivered_at = coalesce(l.delivered_at, now())
             FROM notifications n, accepted a
@@ -243,12 +304,16 @@ def record_accepted(
         )
         SELECT id FROM accepted
         """,
-        {"id": claim.delivery_id, "token": claim.claim_token, "message_id": provider_message_id,
-         "request_id": request_id, "from": _TO_ACCEPTED},
-    ).fetchone()
-    if row is not None and claim.digest_id is not None:
-        mark_digest_items_delivered(tx, claim.digest_id)
-    return row is not None
+        {"ids": [c.delivery_id for c, _, _ in accepted],
+         "tokens": [c.claim_token for c, _, _ in accepted],
+         "message_ids": [m for _, m, _ in accepted], "request_ids": [r for _, _, r in accepted],
+         "from": _TO_ACCEPTED},
+    ).fetchall()
+    recorded = {int(str(r[0])) for r in rows}
+    for claim, _, _ in accepted:
+        if claim.digest_id is not None and claim.delivery_id in recorded:
+            mark_digest_items_delivered(tx, claim.digest_id)
+    return recorded
 
 
 def record_failure(

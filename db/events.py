@@ -1,5 +1,5 @@
-"""The events outbox: event rows written in the transaction of the write that caused them,
-and the backlog the relay has still to evaluate.
+"""The events outbox: event rows written in the transaction of the write that caused them
+(the relay's side, the claim and the backlog, is db/relay.py).
 
 `record_events` is the one way an event is recorded, whoever sends it (the events API, a
 host application through tocsin.outbox, the demo, the CLI). The rows are the durable
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from psycopg.rows import tuple_row
@@ -77,30 +76,6 @@ def record_events(tx: TenantTx, events: Sequence[EventIn], source: str,
         recorded = record_events_in(cur, tx.tenant.schema, events, source, prefixes)
     tx.events_recorded.extend(r.event_id for r in recorded)
     return recorded
-
-
-@dataclass(frozen=True)
-class Backlog:
-    product: str
-    waiting: int  # pending or processing
-    failed: int
-    oldest_age: timedelta | None  # of the oldest event waiting
-
-
-def backlog(tx: TenantTx) -> list[Backlog]:
-    """Per product: events waiting for the relay, failed ones, and how long the oldest
-    waiting one has waited (the events_ready index serves the waiting ones)."""
-    rows = tx.conn.execute("""
-        SELECT p.code,
-               (SELECT count(*) FROM events e WHERE e.product = p.code
-                  AND e.status IN ('pending', 'processing')),
-               (SELECT count(*) FROM events e WHERE e.product = p.code AND e.status = 'failed'),
-               now() - (SELECT min(e.recorded_at) FROM events e WHERE e.product = p.code
-                          AND e.status IN ('pending', 'processing'))
-        FROM products p ORDER BY p.code
-        """).fetchall()
-    return [Backlog(str(r[0]), int(str(r[1])), int(str(r[2])), r[3] if isinstance(r[3], timedelta) else None)
-            for r in rows]
 
 
 def event_row(conn: Connection, schema: str, event_id: int) -> dict[str, Any] | None:

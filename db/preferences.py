@@ -106,21 +106,27 @@ def resolve_preference(tx: TenantTx, user_id: int, category: str) -> Resolved:
 
 
 def delivery_schedule(tx: TenantTx, user_id: int) -> DeliverySchedule:
-    row = tx.conn.execute(
+    return delivery_schedules(tx, [user_id]).get(user_id, DeliverySchedule(tx.tenant.time_zone))
+
+
+def delivery_schedules(tx: TenantTx, user_ids: list[int]) -> dict[int, DeliverySchedule]:
+    """Each existing user's delivery schedule, in one statement."""
+    rows = tx.conn.execute(
         """
-        SELECT coalesce(u.time_zone, %s), s.quiet_start, s.quiet_end,
+        SELECT u.id, coalesce(u.time_zone, %s), s.quiet_start, s.quiet_end,
                coalesce(s.digest_time, '08:00'), coalesce(s.weekly_day, 1)
         FROM users u LEFT JOIN delivery_schedules s ON s.user_id = u.id
-        WHERE u.id = %s
+        WHERE u.id = ANY(%s)
         """,
-        [tx.tenant.time_zone, user_id],
-    ).fetchone()
-    if row is None:
-        return DeliverySchedule(tx.tenant.time_zone)
-    zone, start, end, digest_time, weekly_day = row
-    quiet = QuietHours(start, end) if isinstance(start, time) and isinstance(end, time) else None
-    assert isinstance(digest_time, time)
-    return DeliverySchedule(str(zone), quiet, digest_time, int(str(weekly_day)))
+        [tx.tenant.time_zone, sorted(set(user_ids))],
+    ).fetchall()
+    schedules = {}
+    for user_id, zone, start, end, digest_time, weekly_day in rows:
+        quiet = QuietHours(start, end) if isinstance(start, time) and isinstance(end, time) else None
+        assert isinstance(digest_time, time)
+        schedules[int(str(user_id))] = DeliverySchedule(str(zone), quiet, digest_time,
+                                                        int(str(weekly_day)))
+    return schedules
 
 
 def email_send_check(
@@ -130,11 +136,26 @@ def email_send_check(
     defer(until) or batch(period). Called at send time so a change made after the claim
     (an opt-out, new quiet hours, a switch to digests) is honoured. ``critical``: the notice
     itself is critical (a tenant's rule said so), as if its category were."""
-    resolved = resolve_preference(tx, user_id, valid_category(category))
-    if critical and not resolved.critical:
-        resolved = replace(resolved, critical=True)
-    schedule = delivery_schedule(tx, user_id)
-    return email_decision(resolved, quiet_hours_end(now, schedule.zone, schedule.quiet))
+    return email_send_checks(tx, [(user_id, category, critical)], now)[(user_id, category, critical)]
+
+
+def email_send_checks(
+    tx: TenantTx, keys: list[tuple[int, str, bool]], now: datetime
+) -> dict[tuple[int, str, bool], SendCheck]:
+    """``email_send_check`` for several (user, category, critical) in two statements."""
+    if not keys:
+        return {}
+    resolved = resolve_preferences(tx, sorted({(user_id, valid_category(c)) for user_id, c, _ in keys}))
+    schedules = delivery_schedules(tx, [user_id for user_id, _, _ in keys])
+    checks = {}
+    for user_id, category, critical in keys:
+        schedule = schedules.get(user_id, DeliverySchedule(tx.tenant.time_zone))
+        preference = resolved[(user_id, category)]
+        if critical and not preference.critical:
+            preference = replace(preference, critical=True)
+        checks[(user_id, category, critical)] = email_decision(
+            preference, quiet_hours_end(now, schedule.zone, schedule.quiet))
+    return checks
 
 
 def delivery_send_check(tx: TenantTx, delivery_id: int, now: datetime) -> SendCheck | None:

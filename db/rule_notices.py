@@ -217,3 +217,18 @@ def record_preparation_failure(
     if row is None:
         return None
     return FailureRecorded(int(str(row[0])), bool(row[1]))
+
+
+def unprepared_rule_claims(tx: TenantTx, older_than_seconds: int, limit: int = 1_000) -> int:
+    """The sweeper's repair path: rule claims committed but never prepared (their message was
+    lost: Redis flushed, a worker killed before it acknowledged) and not given up on, older
+    than ``older_than_seconds`` so that a preparation on its way is not raced. They go to
+    their product's queue once ``tx`` commits; preparing twice changes nothing."""
+    rows = tx.conn.execute(
+        "SELECT l.id, r.product FROM notification_ledger l JOIN rules r ON r.id = l.rule_id "
+        "WHERE l.rule_id IS NOT NULL AND l.status = 'claimed' AND l.prepared_at IS NULL "
+        "  AND l.prepare_failed_at IS NULL AND l.claimed_at < now() - make_interval(secs => %s) "
+        "ORDER BY l.claimed_at LIMIT %s",
+        [older_than_seconds, limit]).fetchall()
+    tx.claims_to_prepare.extend((str(r[1]), int(str(r[0]))) for r in rows)
+    return len(rows)

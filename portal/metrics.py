@@ -27,7 +27,9 @@ from prometheus_client.registry import Collector
 
 from db.delivery_totals import CHANNELS, OPEN_STATUSES, open_deliveries
 from db.errors import DatabaseUnavailable, NotMigrated
+from db.relay import backlog
 from db.runs import last_runs_of_active_tenants
+from db.tenancy import list_tenants
 from domain.liveness import RunKind
 from portal.live import InboxListener
 from tocsin.queues import QueueInspector, QueuesUnavailable
@@ -40,6 +42,9 @@ class _DatabaseReading:
     tenants: int  # active tenants
     oldest_run_seconds: dict[RunKind, float]  # the longest any active tenant went without a run
     sweep_overdue: int  # active tenants whose sweep is overdue (the /healthz verdict's rule)
+    outbox_waiting: int = 0  # events not yet evaluated, over every tenant
+    outbox_failed: int = 0  # events given up on (too many attempts)
+    outbox_oldest_seconds: float = 0.0  # the oldest event not yet evaluated: the outbox lag
 
 
 class WebCollector(Collector):
@@ -112,8 +117,11 @@ class WebCollector(Collector):
                 if age is None:
                     age = t.runs.as_of - t.runs.created_at
                 oldest[kind] = max(oldest.get(kind, 0.0), age.total_seconds())
-        return _DatabaseReading(dict(deliveries), len(tenants), oldest,
-                                sum(t.sweep_overdue for t in tenants))
+        outbox = backlog(list_tenants(active_only=True))
+        return _DatabaseReading(
+            dict(deliveries), len(tenants), oldest, sum(t.sweep_overdue for t in tenants),
+            sum(b.pending + b.processing for b in outbox), sum(b.failed for b in outbox),
+            max((b.age.total_seconds() for b in outbox if b.age is not None), default=0.0))
 
 
 def _database_families(reading: _DatabaseReading) -> Iterator[Metric]:
@@ -131,6 +139,15 @@ def _database_families(reading: _DatabaseReading) -> Iterator[Metric]:
     for kind in RunKind:
         ages.add_metric([kind.value], reading.oldest_run_seconds.get(kind, 0.0))
     yield ages
+    events = GaugeMetricFamily(
+        "tocsin_outbox_events", "Outbox events over every tenant: waiting to be evaluated (pending or in "
+        "flight) and failed (given up on after RELAY_MAX_ATTEMPTS).", labels=["state"])
+    events.add_metric(["waiting"], reading.outbox_waiting)
+    events.add_metric(["failed"], reading.outbox_failed)
+    yield events
+    yield GaugeMetricFamily(
+        "tocsin_outbox_oldest_event_age_seconds", "Age of the oldest outbox event not yet evaluated, over "
+        "every tenant: the relay's lag (0 when none waits).", value=reading.outbox_oldest_seconds)
     yield GaugeMetricFamily(
         "tocsin_tenants_sweep_overdue", "Active tenants whose sweep is overdue (as /healthz judges).",
         value=reading.sweep_overdue)

@@ -157,6 +157,26 @@ def cmd_seed_demo(args: argparse.Namespace) -> None:
         _out(line)
 
 
+def cmd_demo_events(args: argparse.Namespace) -> None:
+    import httpx
+
+    from tocsin import runtime
+    from tocsin.client import TocsinApiError
+    from tocsin.demo_fraud import DEMO_API_KEY, send_demo_events
+
+    url = args.url or runtime.settings().portal_url
+    try:
+        for line in send_demo_events(url, args.key or DEMO_API_KEY):
+            _out(line)
+    except httpx.TransportError as error:
+        print(f"tocsin: error: the portal at {url} did not answer ({error}); is `make run` running?",
+              file=sys.stderr)
+        sys.exit(EXIT_UNAVAILABLE)
+    except TocsinApiError as error:
+        print(f"tocsin: error: the events API refused the demo events: {error}", file=sys.stderr)
+        sys.exit(EXIT_UNAVAILABLE)
+
+
 def _chosen_tenants(slug: str | None) -> list[str]:
     """The one tenant named, or every active tenant."""
     from db.tenancy import get_tenant, list_tenants
@@ -397,6 +417,10 @@ def build_parser() -> Parser:
     p.add_argument("--name", default="", help="display name")
 
     command("seed-demo", cmd_seed_demo, "create the demo tenant, clients and users (idempotent)")
+    p = command("demo-events", cmd_demo_events,
+                "send a few fraud cases to the running portal's events API with the demo key")
+    p.add_argument("--url", help="the portal (default: PORTAL_URL)")
+    p.add_argument("--key", help="an API key (default: the demo tenant's published key)")
 
     p = command("scan", cmd_scan, "claim due licence milestones now and enqueue their emails")
     p.add_argument("--tenant", help="one tenant (default: every active tenant)")

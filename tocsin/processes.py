@@ -56,6 +56,10 @@ def run_web() -> None:
     )
 
 
+IDLE_POLL = "dramatiq_worker_timeout"  # Dramatiq reads this variable (lower case) at import
+IDLE_POLL_MS = "100"  # milliseconds an idle worker thread waits before looking at its queue again
+
+
 def run_worker(processes: int, threads: int, queues: Sequence[str] = ()) -> int:
     """Run `dramatiq actors` in its own session, restart it when it dies unasked, and
     forward the first stop signal once.
@@ -78,13 +82,18 @@ def run_worker(processes: int, threads: int, queues: Sequence[str] = ()) -> int:
     if queues:  # a dedicated line (an email worker): only these; Dramatiq adds their delay queues
         command += ["--queues", *queues]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
+    # An idle consumer of the Redis broker sleeps up to this long between two looks at its
+    # queue (Dramatiq's default: 1 s). An event crosses three queues on its way to the inbox
+    # (relay, evaluate, its product's preparation), so the default could add seconds to a
+    # quiet system's latency; a look is one small Lua call.
+    environment = {**os.environ, IDLE_POLL: os.environ.get(IDLE_POLL, IDLE_POLL_MS)}
     address = worker_metrics_address(os.environ)
     if address is None:
-        return _supervise(command, None)
+        return _supervise(command, environment)
     samples = sample_directory()
     log.info("metrics on http://%s:%d/", *address)
     try:
-        return _supervise(command, {**os.environ, **endpoint_environment(address, samples)})
+        return _supervise(command, {**environment, **endpoint_environment(address, samples)})
     finally:
         remove_sample_directory(samples)
 

@@ -45,7 +45,8 @@ def start_messaging(settings: Settings) -> None:
     connects until it is used."""
     from actors.broker import install_broker
     from actors.dispatch import send_committed_emails
-    from actors.relay import claims_to_prepare_after_commit, wake_relay_after_commit
+    from actors.prepare import send_committed_claims
+    from actors.relay import wake_relay_after_commit
     from db.tenancy import on_commit
     from tocsin.inbox_events import announce_committed_notifications, configure_announcer
 
@@ -54,4 +55,4 @@ def start_messaging(settings: Settings) -> None:
     on_commit(send_committed_emails)
     on_commit(announce_committed_notifications)
     on_commit(wake_relay_after_commit)
-    on_commit(claims_to_prepare_after_commit)
+    on_commit(send_committed_claims)

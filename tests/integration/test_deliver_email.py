@@ -167,3 +167,73 @@ def test_a_recipient_deactivated_after_the_claim_is_not_emailed(
     assert ses.sent() == []
     assert scalar(tenant, "SELECT status || ':' || status_reason FROM notification_deliveries") \
         == "cancelled:recipient deactivated before the send"
+
+
+def _pending_deliveries(tenant: Tenant, users: int) -> list[int]:
+    add_client(tenant, AS_OF.date() + timedelta(days=7), name="Batch Ltd", users=users)
+    with tenant_tx(tenant.slug) as tx:
+        from db.ledger import prepare_claims
+        from db.licences import claim_due_milestones
+
+        claim_due_milestones(tx, AS_OF)
+        prepare_claims(tx)
+        return [int(str(r[0])) for r in tx.conn.execute(
+            "SELECT id FROM notification_deliveries ORDER BY id").fetchall()]
+
+
+def test_one_message_carrying_several_deliveries_sends_each_once_however_often_it_runs(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    ids = _pending_deliveries(tenant, users=5)
+    assert len(ids) == 5
+    for _ in range(3):  # redelivered, and run at once by several threads
+        deliver_email.send(tenant.slug, *reversed(ids))
+    worker.drain()
+    assert sorted(m.message_id for m in ses.sent()) == sorted(
+        f"<delivery-{i}.{tenant.slug}@tocsin.example>" for i in ids)
+    with tenant_tx(tenant.slug) as tx:
+        rows = tx.conn.execute(
+            "SELECT d.status, d.attempts, a.outcome, a.provider_called_at IS NOT NULL "
+            "FROM notification_deliveries d JOIN delivery_attempts a ON a.delivery_id = d.id"
+        ).fetchall()
+    assert rows == [("accepted", 1, "accepted", True)] * 5
+
+
+class WorkerStopped(BaseException):
+    """What Dramatiq raises in a worker thread on a time limit or a shutdown."""
+
+
+class StoppingMailer:
+    """Sends through the local endpoint until call ``stop_at``, which raises mid-request."""
+
+    def __init__(self, stop_at: int):
+        self.real: Mailer = SesMailer(load_settings())
+        self.stop_at = stop_at
+        self.calls = 0
+
+    def send(self, email: OutgoingEmail) -> Accepted:
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise WorkerStopped("stopped while the request was out")
+        return self.real.send(email)
+
+
+def test_a_worker_stopped_mid_message_records_what_was_sent_and_releases_the_rest(
+    tenant: Tenant, ses: SesOutbox, restore_mailer: None
+) -> None:
+    ids = _pending_deliveries(tenant, users=5)
+    set_mailer(StoppingMailer(stop_at=3))
+    with pytest.raises(WorkerStopped):
+        deliver_email(tenant.slug, *ids)
+
+    assert len(ses.sent()) == 2
+    with tenant_tx(tenant.slug) as tx:
+        rows = tx.conn.execute(
+            "SELECT d.status, a.outcome, CASE WHEN d.status = 'pending' THEN d.enqueued_at IS NULL "
+            "AND d.send_after <= now() END "
+            "FROM notification_deliveries d JOIN delivery_attempts a ON a.delivery_id = d.id "
+            "ORDER BY d.id").fetchall()
+    # The two answered are recorded, the one whose request was out is unknown, and the two
+    # never handed to the provider are pending again, for the next scan or sweep to send.
+    assert rows == [("accepted", "accepted", None)] * 2 + [("unknown", "unknown", None)] + \
+        [("pending", "retry", True)] * 2

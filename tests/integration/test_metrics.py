@@ -213,7 +213,7 @@ def test_the_alert_rules_cover_the_sweep_the_consumers_the_failure_rate_and_the_
     names = {rule["alert"] for group in yaml.safe_load(ALERTS.read_text())["groups"]
              for rule in group["rules"]}
     assert {"TocsinSweepOverdue", "TocsinQueueWithoutConsumer", "TocsinEmailFailureRate",
-            "TocsinQueueLag"} <= names
+            "TocsinQueueLag", "TocsinOutboxLag", "TocsinTenantBreakerOpen"} <= names
 
 
 def test_every_metric_the_dashboard_and_the_alerts_name_is_exported_by_the_web_or_a_worker(

@@ -13,10 +13,13 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import pytest
 
 from db.evidence import stuck_claims
+from db.rule_notices import PreparationFailed, prepare_rule_claims, record_preparation_failure
 from db.tenancy import tenant_tx
 from tests.integration.builders import scalar
+from tests.integration.platform_builders import add_product, add_rule, add_subject, fire
 from tests.integration.portal_support import (
     People,
     PortalClient,
@@ -188,6 +191,28 @@ def test_stuck_claims_and_troubled_deliveries_need_attention(portal: PortalClien
     assert "Summit Energy · 30 days before expiry" in page.text
     assert "No delivery was written" in page.text
     assert "Northwind Analytics · 7 days before expiry" not in page.text
+
+
+def test_a_rule_notice_that_could_not_be_prepared_needs_attention(
+    portal: PortalClient, people: People
+) -> None:
+    product = add_product(people.tenant)
+    subject = add_subject(people.tenant, product, "C-404", title="Wire fraud in Hull")
+    rule = add_rule(people.tenant, product, "Big wire", recipients=[{"type": "assignees"}],
+                    title="{% for i in (1..100000000) %}{{ i }}{% endfor %}")
+    claim = fire(people.tenant, rule, subject)
+    for _ in range(2):
+        with pytest.raises(PreparationFailed) as failed, tenant_tx(people.tenant.slug) as tx:
+            prepare_rule_claims(tx, [claim])
+        record_preparation_failure(people.tenant.slug, claim, failed.value.reason, max_attempts=2)
+
+    signed_in(portal, people, people.admin)
+    page = portal.get("/ledger/attention")
+
+    assert page.status_code == 200
+    assert "Big wire" in page.text and "Wire fraud in Hull" in page.text and "fraud · case C-404" in page.text
+    assert "title template was refused: loop iteration limit reached" in page.text
+    assert re.search(r"<span class=\"value\">2, the last on", page.text)
 
 
 def test_evidence_pages_are_for_administrators_only(portal: PortalClient, people: People) -> None:

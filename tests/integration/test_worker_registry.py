@@ -24,6 +24,7 @@ import dramatiq
 import pytest
 
 from actors.broker import build_broker
+from domain.preparation_queues import preparation_queues
 from tests.integration.conftest import wait_until
 from tests.support.procfile_stack import ROOT, ProcfileStack, cmdline
 from tocsin.config import load_settings
@@ -138,7 +139,12 @@ def test_a_message_to_every_actors_queue_is_received_by_a_running_procfile_worke
     sender = build_broker(replace(load_settings(), dramatiq_namespace=procfile_stack.namespace,
                                   broker_url=procfile_stack.env.get("BROKER_URL") or None))
     sent = {}
-    for actor in declared_actors():
+    # Each actor on its own queue, and prepare_notices on every product's preparation queue
+    # (actors/prepare.py send_preparation routes it there).
+    targets = declared_actors() + [
+        DeclaredActor("actors.prepare", "prepare_notices", queue)
+        for queue in preparation_queues(load_settings().product_queues)]
+    for actor in targets:
         message = dramatiq.Message(queue_name=actor.queue, actor_name=actor.name, args=(),
                                    kwargs={}, options={"max_age": 1})  # milliseconds
         sent[actor] = sender.enqueue(message).message_id

@@ -20,6 +20,7 @@ from tests.support.procfile_stack import ProcfileStack
 
 # The integration tier's fixtures this tier shares.
 tenant = integration.tenant
+make_tenant = integration.make_tenant
 ses = integration.ses
 ops_inbox = integration.ops_inbox
 

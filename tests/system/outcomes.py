@@ -30,6 +30,14 @@ def uncertain(tenant: Tenant) -> set[int]:
             "SELECT DISTINCT delivery_id FROM delivery_attempts WHERE outcome = 'unknown'").fetchall()}
 
 
+def provider_called_unrecorded(tenant: Tenant) -> set[int]:
+    """Deliveries whose open attempt was marked provider-called and has no outcome yet."""
+    with tenant_tx(tenant.slug) as tx:
+        return {int(str(r[0])) for r in tx.conn.execute(
+            "SELECT delivery_id FROM delivery_attempts "
+            "WHERE provider_called_at IS NOT NULL AND ended_at IS NULL").fetchall()}
+
+
 def copies(ses: SesOutbox, tenant: Tenant) -> Counter[int]:
     """Copies the SES endpoint accepted, per delivery id (read from the Message-ID)."""
     marker = f".{tenant.slug}@"
