@@ -8,14 +8,13 @@ intent; the relay's wake-up after commit only makes it sooner.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg.rows import tuple_row
 
-from db.subjects import Cursor, schema_sql, update_register
+from db.subjects import Cursor, json_rows, schema_sql, update_register
 from db.tenancy import Connection, TenantTx
 from domain.events import EventIn
 
@@ -52,17 +51,18 @@ def _record(cur: Cursor, schema: str, events: Sequence[EventIn], source: str,
     cur.execute(schema_sql(schema, """
         INSERT INTO {s}.events (product, subject_id, event_type, trigger_type, changes, metadata,
                                 occurred_at, source)
-        SELECT w.product, w.subject_id, w.event_type, w.trigger_type, w.changes::jsonb,
-               w.metadata::jsonb, coalesce(w.occurred_at, now()), %s
-        FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
-                    %s::timestamptz[]) WITH ORDINALITY
-             AS w (product, subject_id, event_type, trigger_type, changes, metadata, occurred_at, n)
+        SELECT w.product, w.subject_id, w.event_type, w.trigger_type, w.changes, w.metadata,
+               coalesce(w.occurred_at, now()), %s
+        FROM json_to_recordset(%s::json)
+             AS w (n integer, product text, subject_id bigint, event_type text, trigger_type text,
+                   changes jsonb, metadata jsonb, occurred_at timestamptz)
         ORDER BY w.n
         RETURNING id
-        """), [source, [e.product for e in events], [p.subject_id for p in placed],
-               [e.event_type for e in events], [e.trigger_type for e in events],
-               [json.dumps(p.changes) for p in placed], [json.dumps(dict(e.metadata)) for e in events],
-               [e.occurred_at for e in events]])
+        """), [source, json_rows([
+            {"n": n, "product": e.product, "subject_id": p.subject_id, "event_type": e.event_type,
+             "trigger_type": e.trigger_type, "changes": p.changes, "metadata": dict(e.metadata),
+             "occurred_at": e.occurred_at}
+            for n, (e, p) in enumerate(zip(events, placed, strict=True))])])
     # The rows are inserted in the batch's order, and an identity column hands its values
     # out in increasing order within one statement: sorted ids are the events in order.
     ids = sorted(int(r[0]) for r in cur.fetchall())

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.config.csrf import CSRFConfig
 from litestar.datastructures import CacheControlHeader, ResponseHeader, State
 from litestar.di import Provide
-from litestar.openapi import OpenAPIConfig
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
@@ -27,6 +26,7 @@ from portal.errors import exception_handlers
 from portal.http_latency import HttpLatency
 from portal.live import InboxListener
 from portal.metrics import WebCollector
+from portal.openapi import api_documentation
 from portal.ratelimit import ApiKeyRateLimit, LoginThrottle, PasswordChecks
 from portal.redaction import install_log_redaction
 from portal.routes import (
@@ -75,10 +75,10 @@ HSTS = "max-age=31536000"  # seconds: one year
 
 def create_app(
     settings: Settings | None = None, portal_settings: PortalSettings | None = None,
-    *, openapi: OpenAPIConfig | None = None,
+    *, describe_portal: bool = False,
 ) -> Litestar:
-    """The portal. `openapi` describes its routes for the fuzz tests (schemathesis); a
-    deployment serves no schema."""
+    """The portal. Its OpenAPI schema (portal.openapi, served at /schema) describes the
+    events API; with `describe_portal` the HTML routes as well, for the fuzz tests."""
     install_log_redaction()  # however the app is served: tokens in paths never reach a log
     # Read once for the process (uvicorn's factory mode passes nothing), then handed down:
     # handlers read request.app.state.settings (portal.settings.app_settings).
@@ -121,7 +121,7 @@ def create_app(
         idle_seconds=portal_settings.export_seconds,
     )
     return Litestar(
-        route_handlers=[
+        route_handlers=[Router("/", include_in_schema=describe_portal, route_handlers=[
             login.login_page, login.login, login.logout,
             inbox.inbox, inbox.older_notifications, inbox.newer_notifications, inbox.unread_badge,
             inbox.change_notification, inbox.read_everything, live.inbox_stream,
@@ -131,12 +131,12 @@ def create_app(
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
-            *preferences.ROUTES, *unsubscribe.ROUTES, events_api.router,
+            *preferences.ROUTES, *unsubscribe.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
             ),
-        ],
+        ]), events_api.router],
         guards=[requires_login],
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
         middleware=[HttpLatency,  # first: it sees the status the exception handlers chose
@@ -179,6 +179,6 @@ def create_app(
             ResponseHeader(name="Referrer-Policy", value="same-origin"),
             *secure_headers,
         ],
-        openapi_config=openapi,
+        openapi_config=api_documentation(describe_portal=describe_portal),
         debug=False,
     )

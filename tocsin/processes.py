@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shlex
@@ -43,8 +44,14 @@ def run_web() -> None:
     install_log_redaction()  # before uvicorn logs its first line
     # uvicorn's own proxy headers off: it would believe X-Forwarded-For from 127.0.0.1 by
     # default; the portal reads the header only from TRUSTED_PROXIES (portal.client_address).
+    app = create_app(settings)
+    # The modules, templates and app built at start-up live as long as the process: kept out
+    # of the collector's generations, so a full collection (every few batches of events, whose
+    # 500 events are ~50,000 objects) no longer walks them all (a fifth of a batch's CPU).
+    gc.collect()
+    gc.freeze()
     uvicorn.run(
-        create_app(settings), host=settings.web_host, port=settings.web_port,
+        app, host=settings.web_host, port=settings.web_port,
         log_level="info", proxy_headers=False, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
     )
 
