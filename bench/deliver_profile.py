@@ -30,6 +30,7 @@ import psycopg
 
 from bench.deliver import (
     LOGS,
+    Connection,
     Endpoint,
     accepted_count,
     build,
@@ -112,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def timed_pass(conn: psycopg.Connection, count: int, per_message: int,  # type: ignore[type-arg]
+def timed_pass(conn: Connection, count: int, per_message: int,
                profile: cProfile.Profile | None) -> float:
     """Fresh deliveries, sent in this thread; the process CPU seconds per delivery."""
     drop_bench_tenants(conn)
