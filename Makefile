@@ -85,5 +85,8 @@ bench-tenants: $(STAMP)
 bench-rules: $(STAMP)
 	$(BIN)/python -m bench.rules_loading
 
+bench-events: $(STAMP)
+	$(BIN)/python -m bench.events
+
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) .tocsin test-artifacts .mypy_cache .ruff_cache .pytest_cache

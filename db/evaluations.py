@@ -1,6 +1,6 @@
 """Evaluation of a claimed batch of events: rule claims in the ledger, the trace, done.
 
-One tenant transaction per batch (actors/relay.py ``evaluate_events``):
+One tenant transaction per batch (actors/relay.py ``evaluate_batch``):
 1. lock the batch's events still 'processing' (SKIP LOCKED: a duplicate message running at
    the same moment takes none of them; one that runs later finds them evaluated);
 2. per event, the rules engine's four phases (db/rules.py ``candidate_rules_of`` is phase 1

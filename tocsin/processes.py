@@ -84,7 +84,7 @@ def run_worker(processes: int, threads: int, queues: Sequence[str] = ()) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
     # An idle consumer of the Redis broker sleeps up to this long between two looks at its
     # queue (Dramatiq's default: 1 s). An event crosses three queues on its way to the inbox
-    # (relay, evaluate, its product's preparation), so the default could add seconds to a
+    # (relay, its product's preparation, email), so the default could add seconds to a
     # quiet system's latency; a look is one small Lua call.
     environment = {**os.environ, IDLE_POLL: os.environ.get(IDLE_POLL, IDLE_POLL_MS)}
     address = worker_metrics_address(os.environ)
