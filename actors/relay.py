@@ -169,6 +169,10 @@ def relay_tenant(slug: str) -> None:
         ids = _claim(slug)
         if not ids or not evaluate_batch(slug, ids):
             return
+        if len(ids) < runtime.settings().relay_batch:
+            # Nothing more was ready when it claimed; what committed since sent a wake-up
+            # of its own (the flag was cleared before the claim).
+            return
     wake(slug)  # more may wait: its next turn
 
 
