@@ -153,7 +153,7 @@ def wake_relay_after_commit(tx: TenantTx) -> None:
         wake(tx.tenant.slug)
 
 
-BATCHES_PER_TURN = 5  # a tenant's batches in one relay message before the others get a turn
+BATCHES_PER_TURN = 2  # a tenant's batches in one relay message before the others get a turn
 
 
 @dramatiq.actor(queue_name="relay", time_limit=5 * 60_000, max_age=10 * 60_000)  # milliseconds
