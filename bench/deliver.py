@@ -2,6 +2,7 @@
 
     python -m bench.deliver [--deliveries 20000] [--tenants 4] [--processes 1,2] [--threads 4]
                             [--send-rate 50] [--rate-deliveries 2000] [--skip-throughput] [--keep]
+                            [--broker-url amqp://guest:guest@127.0.0.1:5672/%2F]
 
 Builds ``--deliveries`` due email deliveries, committed in PostgreSQL set-based over
 ``--tenants`` bench tenants (slugs bench-deliver-1...): each the pending email of an inbox
@@ -24,8 +25,17 @@ asyncio server fast enough not to be the bottleneck; moto would be). For each ``
               shows it is not what limits the loop);
 
 and prints deliveries/s, each ceiling, the ratio to the lower ceiling (goal >= 0.5) and
-the latencies. Throughput runs set SES_MAX_SEND_RATE very high (the settings default is
-SES's 14/s): the limiter's Redis round trip is still paid for every send. Then, unless
+the latencies.
+
+With ``--broker-url`` (default: BROKER_URL when set) each throughput run is made twice, on
+the Redis broker and on that RabbitMQ (in a vhost of its own, made for the bench and
+deleted after it; publisher confirms on, as the product runs it), and the report puts the
+deliveries/s of the two brokers side by side. RabbitMQ counts only the messages ready in a
+queue, not those a worker holds, so its no-op ceiling is timed to the last message fetched:
+at most P x T x 2 prefetched no-op messages were still running then.
+
+Throughput runs set SES_MAX_SEND_RATE very high (the settings default is SES's 14/s): the
+limiter's Redis round trip is still paid for every send. Then, unless
 ``--send-rate 0``, a run of ``--rate-deliveries`` with SES_MAX_SEND_RATE=``--send-rate``
 and the Procfile's 2 processes: the rate the endpoint saw must be within 5% of it.
 
@@ -35,8 +45,9 @@ difference fails the bench (exit 1). The load average is printed with every phas
 figures are only as quiet as the machine.
 
 DATABASE_URL / REDIS_URL name the services; when either is unset the embedded ones are
-started under .tocsin/bench. The bench tenants are suspended (a clock on the same
-database never scans them) and dropped at the end unless --keep.
+started under .tocsin/bench. The rate-limit run uses the Redis broker. The bench tenants
+are suspended (a clock on the same database never scans them) and dropped at the end
+unless --keep.
 """
 
 from __future__ import annotations
@@ -54,8 +65,8 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +94,30 @@ def say(text: str = "") -> None:
 def load() -> str:
     """The 1, 5 and 15 minute load averages (2 CPUs: above 2, work was waiting for a CPU)."""
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# -- the brokers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Broker:
+    """One broker the throughput runs are made on: Redis (url None) or a RabbitMQ vhost."""
+
+    name: str
+    url: str | None  # BROKER_URL for this broker; None is the Redis broker on REDIS_URL
+
+    def install(self) -> None:
+        """Make it this process's broker (the sends) and the workers' (their environment)."""
+        from tocsin import runtime
+
+        if self.url is None:
+            os.environ.pop("BROKER_URL", None)
+        else:
+            os.environ["BROKER_URL"] = self.url
+        runtime.start_messaging(runtime.start(replace(runtime.settings(), broker_url=self.url)))
+
+
+REDIS = Broker("Redis", None)
 
 
 # -- the endpoint --------------------------------------------------------------------------
@@ -331,7 +366,7 @@ def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int,
     say(f"    enqueued {count:,} deliveries as the product does, {EMAILS_PER_MESSAGE} of a tenant "
         f"per deliver_email message ({time.perf_counter() - started:.1f} s)")
     env = dict(os.environ, SES_MAX_SEND_RATE=f"{send_rate:g}")
-    log = LOGS / f"worker-{label.replace(' ', '-')}.log"
+    log = LOGS / f"worker-{label.replace(' ', '-').replace(',', '')}.log"
     load_before = load()
     endpoint_cpu = endpoint.cpu_seconds()
     services = service_pids()
@@ -450,23 +485,19 @@ class Ceiling:
         return self.messages / self.seconds
 
 
-def noop_ceiling(count: int, processes: int, threads: int) -> Ceiling:
+def noop_ceiling(broker: Broker, count: int, processes: int, threads: int) -> Ceiling:
     """``count`` messages for the no-op actor, enqueued first; then a worker with P
     processes x T threads; timed from the first acknowledgement seen to the last, by
-    watching the queue's message hash in Redis (a message leaves it when acknowledged)."""
-    import redis
-
+    watching the queue's message hash in Redis (a message leaves it when acknowledged), or
+    on RabbitMQ from the first message fetched to the last (its ready count)."""
     from bench.noop_actor import noop
-    from tocsin.config import load_settings
 
-    settings = load_settings()
-    client = redis.Redis.from_url(settings.redis_url)
-    pending_key = f"{settings.dramatiq_namespace}:{NOOP_QUEUE}.msgs"
+    left = _noop_messages_left(broker)
     for number in range(count):
         noop.send(number)
-    if client.hlen(pending_key) != count:
-        raise Failed(f"{client.hlen(pending_key)} no-op messages in Redis, {count} enqueued")
-    log = LOGS / f"noop-worker-{processes}.log"
+    if left() != count:
+        raise Failed(f"{left()} no-op messages in {broker.name}, {count} enqueued")
+    log = LOGS / f"noop-worker-{broker.name}-{processes}.log"
     load_before = load()
     with log.open("wb") as handle:
         worker = subprocess.Popen(
@@ -480,21 +511,41 @@ def noop_ceiling(count: int, processes: int, threads: int) -> Ceiling:
             deadline = time.monotonic() + START_LIMIT + count / 50
             while True:
                 worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
-                left = int(client.hlen(pending_key))
+                remaining = left()
                 now = time.perf_counter()
-                if first is None and left < count:
-                    first = (now, left)
-                if left == 0:
+                if first is None and remaining < count:
+                    first = (now, remaining)
+                if remaining == 0:
                     break
                 if worker.poll() is not None or time.monotonic() > deadline:
-                    raise Failed(f"the no-op worker left {left:,} messages; see {log}")
+                    raise Failed(f"the no-op worker left {remaining:,} messages; see {log}")
                 time.sleep(POLL)
         finally:
             stop(worker, "the no-op worker")
     assert first is not None
     # From the first look that found acknowledgements: the messages still there then.
-    return Ceiling(f"no-op actor, {processes} x {threads}", first[1], now - first[0],
+    return Ceiling(f"no-op actor, {broker.name}, {processes} x {threads}", first[1], now - first[0],
                    cpu=worker_cpu * first[1] / count, load=f"{load_before} -> {load()}")
+
+
+def _noop_messages_left(broker: Broker) -> Callable[[], int]:
+    """How many no-op messages the broker still holds: on Redis the queue's message hash
+    (acknowledged ones leave it), on RabbitMQ the ready ones (fetched ones leave it)."""
+    from actors.broker import current_broker
+    from tocsin.config import load_settings
+
+    if broker.url is not None:
+        from actors.rabbitmq_broker import OneConnectionRabbitmqBroker
+
+        installed = current_broker()
+        assert isinstance(installed, OneConnectionRabbitmqBroker), "Broker.install() first"
+        return lambda: installed.get_queue_message_counts(NOOP_QUEUE)[0]
+    import redis
+
+    settings = load_settings()
+    client = redis.Redis.from_url(settings.redis_url)
+    pending_key = f"{settings.dramatiq_namespace}:{NOOP_QUEUE}.msgs"
+    return lambda: int(client.hlen(pending_key))
 
 
 def _boto3_sender(process_no: int, threads: int, count: int, ready: Any, go: Any, done: Any,
@@ -569,6 +620,23 @@ def boto3_ceiling(endpoint: Endpoint, count: int, processes: int, threads: int) 
                    cpu=sender_cpu, load=f"{load_before} -> {load()}")
 
 
+@contextlib.contextmanager
+def rabbitmq_vhost(url: str, vhost: str) -> Iterator[str]:
+    """A vhost of the bench's own on the RabbitMQ at ``url`` (Dramatiq's queues there carry
+    no prefix); its URL. Deleted afterwards, with whatever is left in it."""
+    from tests.support.rabbitmq import create_vhost, delete_vhost, unreachable_reason
+
+    reason = unreachable_reason(url)
+    if reason is not None:
+        raise Failed(reason)
+    made = create_vhost(url, vhost)
+    try:
+        yield made
+    finally:
+        REDIS.install()  # closes this process's connections to the vhost
+        delete_vhost(url, vhost)
+
+
 # -- report ------------------------------------------------------------------------------
 
 
@@ -618,6 +686,19 @@ def report_throughput(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], threads:
         say(f"| {run.label} | {run.rate:,.0f} | {noop.rate:,.0f} | {boto.rate:,.0f} | "
             f"{run.rate / min(noop.rate, boto.rate):.2f} | {run.percentile(0.50):.0f} ms | "
             f"{run.percentile(0.99):.0f} ms |")
+
+
+def report_brokers(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], brokers: Sequence[Broker]) -> None:
+    """Deliveries/s of each broker, one line per worker size (the runs alternate brokers)."""
+    say()
+    say("Brokers side by side (deliveries/s; no-op actor/s in brackets)")
+    say(f"  {'processes x threads':<20} " + " ".join(f"{b.name:>22}" for b in brokers)
+        + f" {brokers[-1].name + ' / ' + brokers[0].name:>20}")
+    for start in range(0, len(runs), len(brokers)):
+        row = runs[start:start + len(brokers)]
+        size = row[0][0].label.split(" ", 1)[1]
+        cells = " ".join(f"{run.rate:>10,.0f} ({noop.rate:>8,.0f}) " for run, noop, _ in row)
+        say(f"  {size:<20} {cells} {row[-1][0].rate / row[0][0].rate:>19.2f}")
 
 
 def report_rate(run: DeliveryRun, limit: float) -> bool:
@@ -670,15 +751,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-throughput", action="store_true",
                         help="only the rate-limit run")
     parser.add_argument("--keep", action="store_true", help="keep the bench tenants afterwards")
+    parser.add_argument("--broker-url", default=os.environ.get("BROKER_URL") or None,
+                        help="a RabbitMQ (amqp://...) to run every throughput run on as well as "
+                             "on Redis, in a vhost of its own (default: BROKER_URL)")
     args = parser.parse_args(argv)
     if args.tenants > args.deliveries or args.tenants > args.rate_deliveries:
         parser.error("--tenants must not exceed the deliveries")
     if args.send_rate < 0:
         parser.error("--send-rate must be 0 (skip) or positive")
+    if args.broker_url is not None and not args.broker_url.startswith(("amqp://", "amqps://")):
+        parser.error(f"--broker-url must be an amqp:// or amqps:// URL, got {args.broker_url!r}")
     return args
 
 
-def run(args: argparse.Namespace, endpoint: Endpoint) -> bool:
+def run(args: argparse.Namespace, endpoint: Endpoint, brokers: Sequence[Broker]) -> bool:
     from db.migrations import migrate_all
     from tocsin.config import load_settings
 
@@ -700,22 +786,31 @@ def run(args: argparse.Namespace, endpoint: Endpoint) -> bool:
         if not args.skip_throughput:
             runs = []
             for processes in args.processes:
-                label = f"{processes} x {args.threads}"
-                say(f"Deliveries, tocsin worker --processes {processes} --threads {args.threads}, "
-                    f"SES_MAX_SEND_RATE={UNLIMITED_RATE:g} ...")
-                delivered = run_deliveries(conn, endpoint, label, args.deliveries, args.tenants,
-                                           processes, args.threads, UNLIMITED_RATE)
-                say(f"    {delivered.rate:,.0f} deliveries/s; load {delivered.load_before} -> "
-                    f"{delivered.load_after}")
-                say(f"Ceiling: no-op actor, {label} ...")
-                noop = noop_ceiling(args.deliveries, processes, args.threads)
-                say(f"    {noop.rate:,.0f} messages/s; load {noop.load}")
-                say(f"Ceiling: bare boto3 loop, {label} ...")
+                delivered_noop = []
+                for broker in brokers:
+                    broker.install()
+                    label = f"{broker.name} {processes} x {args.threads}" if len(brokers) > 1 \
+                        else f"{processes} x {args.threads}"
+                    say(f"Deliveries on {broker.name}, tocsin worker --processes {processes} "
+                        f"--threads {args.threads}, SES_MAX_SEND_RATE={UNLIMITED_RATE:g} ...")
+                    delivered = run_deliveries(conn, endpoint, label, args.deliveries, args.tenants,
+                                               processes, args.threads, UNLIMITED_RATE)
+                    say(f"    {delivered.rate:,.0f} deliveries/s; load {delivered.load_before} -> "
+                        f"{delivered.load_after}")
+                    say(f"Ceiling: no-op actor on {broker.name}, {processes} x {args.threads} ...")
+                    noop = noop_ceiling(broker, args.deliveries, processes, args.threads)
+                    say(f"    {noop.rate:,.0f} messages/s; load {noop.load}")
+                    delivered_noop.append((delivered, noop))
+                say(f"Ceiling: bare boto3 loop, {processes} x {args.threads} ...")
                 boto = boto3_ceiling(endpoint, args.deliveries, processes, args.threads)
                 say(f"    {boto.rate:,.0f} sends/s; load {boto.load}")
-                runs.append((delivered, noop, boto))
-                goals &= delivered.rate / min(noop.rate, boto.rate) >= GOAL_RATIO
+                for delivered, noop in delivered_noop:
+                    runs.append((delivered, noop, boto))
+                    goals &= delivered.rate / min(noop.rate, boto.rate) >= GOAL_RATIO
             report_throughput(runs, args.threads)
+            if len(brokers) > 1:
+                report_brokers(runs, brokers)
+        REDIS.install()
         if args.send_rate > 0:
             processes = max(args.processes)
             label = f"{processes} x {args.threads}"
@@ -740,6 +835,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     endpoint = Endpoint(free_port())
     stop_services: Callable[[], None] | None = None
     os.environ["SES_ENDPOINT_URL"] = endpoint.url
+    stack = contextlib.ExitStack()
     try:
         if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
             from tocsin.services import start_embedded
@@ -760,17 +856,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tocsin import runtime
         from tocsin.config import load_settings
 
-        # This process enqueues like any other of the product's: the broker installed once.
+        # This process enqueues like any other of the product's; the broker is the bench's
+        # choice (Broker.install), so BROKER_URL from the environment is not read here.
+        os.environ.pop("BROKER_URL", None)
         runtime.start_messaging(runtime.start(load_settings()))
-        met = run(args, endpoint)
+        brokers = [REDIS]
+        if args.broker_url is not None:
+            rabbitmq = stack.enter_context(rabbitmq_vhost(args.broker_url,
+                                                          os.environ["DRAMATIQ_NAMESPACE"]))
+            brokers.append(Broker("RabbitMQ", rabbitmq))
+            say(f"RabbitMQ vhost {os.environ['DRAMATIQ_NAMESPACE']} at {args.broker_url.split('@')[-1]}")
+        met = run(args, endpoint, brokers)
     except Failed as error:
         say()
         say(f"FAILED: {error}")
         return 1
     finally:
-        endpoint.stop()
-        if stop_services is not None:
-            stop_services()
+        try:
+            stack.close()  # REDIS.install() first: the RabbitMQ broker's connections closed
+        finally:
+            endpoint.stop()
+            if stop_services is not None:
+                stop_services()
     say()
     say("All goals met." if met else "Some goals were NOT met (see above).")
     return 0

@@ -26,6 +26,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 
 from actors.broker import current_broker
+from actors.email import EMAILS_PER_MESSAGE
 from actors.scan import scan_tenant, tick
 from actors.sweep import sweep
 from actors.sweeper_marker import MARKER_NAME
@@ -113,7 +114,8 @@ def test_a_rabbitmq_that_lost_its_queues_loses_no_email_the_sweep_resends_every_
     broker.flush_all()
     run_scan(tenant.slug, AS_OF)  # the emails wait in RabbitMQ's email queue
     ready, _delayed, _dead = broker.get_queue_message_counts("email")
-    assert ready == delivery_statuses(tenant)["pending"] == 9
+    assert delivery_statuses(tenant)["pending"] == 9
+    assert ready == -(-9 // EMAILS_PER_MESSAGE)  # the tenant's deliveries, EMAILS_PER_MESSAGE a message
 
     _delete_every_queue(rabbitmq)  # the emails are gone with the queues, and so is the marker
     sweep()  # no marker: every due delivery is enqueued again, not only stale ones
@@ -129,6 +131,47 @@ def test_a_rabbitmq_that_lost_its_queues_loses_no_email_the_sweep_resends_every_
 
     copies = Counter(e.message_id for e in ses.sent())
     assert len(copies) == 9 and set(copies.values()) == {1}  # every email once, none twice
+
+
+def _take_all(queue: str) -> list[tuple[object, ...]]:
+    """The args of every message ready in ``queue``, taken off it."""
+    taken = []
+    consumer = current_broker().consume(queue, prefetch=100, timeout=500)  # milliseconds
+    try:
+        for message in consumer:
+            if message is None:
+                return taken
+            taken.append(tuple(message.args))
+            consumer.ack(message)
+    finally:
+        consumer.close()
+    return taken
+
+
+def test_a_send_to_a_queue_rabbitmq_no_longer_has_declares_it_again_instead_of_losing_the_message(
+    rabbitmq: str,
+) -> None:
+    """RabbitMQ drops a message published to a queue that does not exist. The sender declares
+    a queue before its first send and remembers it; if the queue is deleted after that (a node
+    reset, a vhost recreated, an operator), the next send is returned unroutable (publisher
+    confirms with the mandatory flag), and the broker declares the queue again and re-sends."""
+    from actors.prepare import send_preparation
+
+    broker = current_broker()
+    broker.flush_all()
+    send_preparation("a-tenant", "fraud", [1])  # the first send to prepare_fraud declares it
+    assert _take_all("prepare_fraud") == [("a-tenant", [1])]
+
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq))
+    try:
+        channel = connection.channel()
+        for name in ("prepare_fraud", dq_name("prepare_fraud"), xq_name("prepare_fraud")):
+            channel.queue_delete(name)
+    finally:
+        connection.close()
+    send_preparation("a-tenant", "fraud", [2])  # this process still believes it declared the queue
+
+    assert _take_all("prepare_fraud") == [("a-tenant", [2])]
 
 
 def tocsin_status(**env: str) -> tuple[int, str]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import dramatiq
 import pytest
+from dramatiq.common import current_millis
 
 from actors.broker import build_broker
 from domain.preparation_queues import preparation_queues
@@ -31,6 +32,7 @@ from tocsin.config import load_settings
 
 ACTORS = ROOT / "actors"
 DEFAULT_QUEUE = "default"  # dramatiq's queue for an actor that names none
+SENT_AGO_MS = 60_000  # milliseconds: how old the test's messages claim to be, far past 1 ms
 
 # What `python -m dramatiq ARGS` imports, interpreted by dramatiq's own argument parser.
 LIST_REGISTERED = """
@@ -134,7 +136,11 @@ def test_a_message_to_every_actors_queue_is_received_by_a_running_procfile_worke
     """One message per declared actor, sent to its queue in the stack's broker. It is already past its age
     limit, so the worker that receives it skips it without running the actor (nothing
     happens to any tenant) and says so in its log, naming the message: only a worker that
-    consumes the queue and has the actor registered gets that far."""
+    consumes the queue and has the actor registered gets that far.
+
+    "Already past" means stamped a minute ago: Dramatiq's AgeLimit compares whole
+    milliseconds, and RabbitMQ pushes a message to an idle consumer within the millisecond
+    it was made, so a fresh message with a 1 ms limit may still be young enough to run."""
     # The stack's own broker: its Redis namespace, or its RabbitMQ vhost when BROKER_URL is set.
     sender = build_broker(replace(load_settings(), dramatiq_namespace=procfile_stack.namespace,
                                   broker_url=procfile_stack.env.get("BROKER_URL") or None))
@@ -146,7 +152,8 @@ def test_a_message_to_every_actors_queue_is_received_by_a_running_procfile_worke
         for queue in preparation_queues(load_settings().product_queues)]
     for actor in targets:
         message = dramatiq.Message(queue_name=actor.queue, actor_name=actor.name, args=(),
-                                   kwargs={}, options={"max_age": 1})  # milliseconds
+                                   kwargs={}, options={"max_age": 1},  # milliseconds
+                                   message_timestamp=current_millis() - SENT_AGO_MS)
         sent[actor] = sender.enqueue(message).message_id
 
     def received() -> set[DeclaredActor]:
