@@ -32,7 +32,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,7 +42,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from bench.services import BENCH_HOME, bench_services
+from bench.services import BENCH_HOME, bench_services, wait_ready
 
 PREFIX = "evbench"
 LOGS = BENCH_HOME / "events-logs"
@@ -150,21 +149,17 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.port}"
         env = procfile_environment({**os.environ, **settings, "PORT": str(self.port)}, self.url)
         LOGS.mkdir(parents=True, exist_ok=True)
+        web_log = LOGS / f"{name}-web.log"
         self.processes = [
-            start(["web"], env, LOGS / f"{name}-web.log"),
+            start(["web"], env, web_log),
             start(["worker", "--processes", "2", "--threads", "4"], env, LOGS / f"{name}-worker.log"),
             start(["clock"], env, LOGS / f"{name}-clock.log"),
         ]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        self.close()
-        raise SystemExit(f"the portal did not answer; see {LOGS}")
+        try:
+            wait_ready(self.processes[0], self.port, web_log)
+        except SystemExit:
+            self.close()
+            raise
 
     def close(self) -> None:
         for p in self.processes:

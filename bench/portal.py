@@ -40,7 +40,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,13 +47,12 @@ from typing import Any
 
 import psycopg
 
-from bench.services import bench_services
+from bench.services import bench_services, wait_ready
 
 SLUG = "bench-portal"
 PASSWORD = "bench portal password"
 GOAL_BADGE_SHARE = 0.30  # badge requests/s as a share of the static ceiling
 GOAL_BADGE_P99_MS = 50.0  # milliseconds
-START_LIMIT = 60.0  # seconds the server may take to answer /readyz
 
 
 def say(text: str = "") -> None:
@@ -162,18 +160,7 @@ def start_server(port: int, workers: int, log: Path, server_name: str = "uvicorn
     if profile is not None:
         command[1:2] = ["-m", "cProfile", "-o", str(profile), "-m"]
     server = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + START_LIMIT
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the portal exited at start-up; see {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return server
-        except OSError:
-            time.sleep(0.2)
-    server.terminate()
-    raise SystemExit(f"the portal did not answer /readyz within {START_LIMIT:.0f} s; see {log}")
+    return wait_ready(server, port, log)
 
 
 def sign_in(base: str, email: str) -> str:
