@@ -12,6 +12,7 @@ import random
 import time
 from datetime import UTC, datetime
 from email.utils import parseaddr
+from functools import lru_cache
 
 import dramatiq
 
@@ -142,11 +143,13 @@ class _Batch:
         if not self.accepted:
             return
         recorded = retrying(lambda: _accepted(self.slug, self.accepted))
-        for claim, accepted in self.accepted:
-            log.info("delivery tenant=%s id=%d attempt=%d accepted request=%s%s", self.slug,
-                     claim.delivery_id, claim.attempt, accepted.request_id,
-                     "" if claim.delivery_id in recorded
-                     else " (another worker holds it now: not recorded)")
+        # One record for the message's acceptances, not one per delivery: each record is
+        # formatted here and copied once more by Dramatiq's parent process.
+        if log.isEnabledFor(logging.INFO):
+            log.info("delivery tenant=%s accepted: %s", self.slug, ", ".join(
+                f"id={claim.delivery_id} attempt={claim.attempt} request={accepted.request_id}"
+                + ("" if claim.delivery_id in recorded else " (another worker holds it now: not recorded)")
+                for claim, accepted in self.accepted))
         self.accepted = []
 
 
@@ -174,9 +177,13 @@ def _mark_called(slug: str, claims: list[ClaimedEmail]) -> list[ClaimedEmail]:
     return [c for c in claims if c.delivery_id in marked]
 
 
+@lru_cache(maxsize=4)  # one sender per process: parsed once, not for every email
+def _sender_domain(mail_from: str) -> str:
+    return parseaddr(mail_from)[1].rpartition("@")[2] or "tocsin.invalid"
+
+
 def _compose(slug: str, claim: ClaimedEmail, settings: Settings) -> OutgoingEmail:
-    sender_domain = parseaddr(settings.mail_from)[1].rpartition("@")[2] or "tocsin.invalid"
-    message_id = email_message_id(slug, claim.delivery_id, sender_domain)
+    message_id = email_message_id(slug, claim.delivery_id, _sender_domain(settings.mail_from))
     tags = {"tenant": slug, "delivery": str(claim.delivery_id)}
     if claim.category is None:  # a digest: its text carries its links and the preferences link
         return OutgoingEmail(message_id, claim.recipient, claim.title, claim.body, tags)

@@ -1,12 +1,12 @@
 """The relay: from committed events to evaluated ones, fairly across tenants.
 
-- ``relay_tenant(slug)`` claims one batch of the tenant's ready events (db/relay.py: status +
-  lease + SKIP LOCKED, one batch in flight per tenant) and sends it to ``evaluate_events``.
-- ``evaluate_events(slug, ids)`` runs the rules over the batch in one tenant transaction
-  (db/evaluations.py): ledger claims per (rule, event), the trace, the events marked
-  evaluated; after commit the claims go to their product's preparation queue and the relay
-  is woken for the tenant's next batch. Delivered twice, it finds the events evaluated and
-  does nothing; never delivered, the lease runs out and the relay claims the batch again.
+- ``relay_tenant(slug)`` claims a batch of the tenant's ready events (db/relay.py: status +
+  lease + SKIP LOCKED, one batch in flight per tenant) and evaluates it in a second
+  transaction (db/evaluations.py): ledger claims per (rule, event), the trace, the events
+  marked evaluated; after commit the claims go to their product's preparation queue. It
+  takes up to BATCHES_PER_TURN batches, then wakes itself again behind the other tenants.
+  A worker that dies between the two transactions leaves the batch leased: the lease runs
+  out and a later pass claims it again; a second delivery of the message claims nothing.
 - ``relay_tick()`` is the polling fallback, sent by the clock every EVENTS_POLL_SECONDS: it
   finds the tenants with ready events and wakes each once, starting after the tenant the
   previous tick started with (a rotating cursor), so no tenant waits behind the others.
@@ -153,38 +153,55 @@ def wake_relay_after_commit(tx: TenantTx) -> None:
         wake(tx.tenant.slug)
 
 
-@dramatiq.actor(queue_name="relay", time_limit=60_000, max_age=10 * 60_000)  # milliseconds
+BATCHES_PER_TURN = 2  # a tenant's batches in one relay message before the others get a turn
+
+
+@dramatiq.actor(queue_name="relay", time_limit=5 * 60_000, max_age=10 * 60_000)  # milliseconds
 def relay_tenant(slug: str) -> None:
+    """Claim a batch of the tenant's ready events and evaluate it, up to BATCHES_PER_TURN
+    times; a tenant with more waiting is woken again at the back of the queue, behind the
+    other tenants' messages. Delivered twice, the second run finds nothing to claim."""
+    coordination().woken(slug)  # an event committed from now on sends a wake-up of its own
+    for _ in range(BATCHES_PER_TURN):
+        if pausing(slug):
+            log.info("tenant=%s skipped: its breaker is open (probed again later)", slug)
+            return
+        ids = _claim(slug)
+        if not ids or not evaluate_batch(slug, ids):
+            return
+        if len(ids) < runtime.settings().relay_batch:
+            # Nothing more was ready when it claimed; what committed since sent a wake-up
+            # of its own (the flag was cleared before the claim).
+            return
+    wake(slug)  # more may wait: its next turn
+
+
+def _claim(slug: str) -> list[int]:
     settings = runtime.settings()
     coord = coordination()
-    coord.woken(slug)  # an event committed from now on sends a wake-up of its own
-
-    def claim() -> list[int]:
-        with tenant_tx(slug) as tx:
-            lock = coord.lock(tx.tenant.schema, settings.relay_lease_seconds)
-            if lock is None:
-                return []  # another relay is on this schema right now
-            try:
-                batch = claim_events(tx, limit=settings.relay_batch,
-                                     lease_seconds=settings.relay_lease_seconds,
-                                     max_attempts=settings.relay_max_attempts)
-            finally:
-                coord.unlock(tx.tenant.schema, lock)
-        if batch.failed:
-            log.error("tenant=%s %d event(s) failed after %d attempts", slug, batch.failed,
-                      settings.relay_max_attempts)
-        return batch.event_ids
-
-    if pausing(slug):
-        log.info("tenant=%s skipped: its breaker is open (probed again later)", slug)
-        return
-    ids = claim()
-    if ids:
-        evaluate_events.send(slug, ids)
+    with tenant_tx(slug) as tx:
+        lock = coord.lock(tx.tenant.schema, settings.relay_lease_seconds)
+        if lock is None:
+            return []  # another relay is on this schema right now
+        try:
+            batch = claim_events(tx, limit=settings.relay_batch,
+                                 lease_seconds=settings.relay_lease_seconds,
+                                 max_attempts=settings.relay_max_attempts)
+        finally:
+            coord.unlock(tx.tenant.schema, lock)
+    if batch.failed:
+        log.error("tenant=%s %d event(s) failed after %d attempts", slug, batch.failed,
+                  settings.relay_max_attempts)
+    return batch.event_ids
 
 
-@dramatiq.actor(queue_name="evaluate", time_limit=5 * 60_000, max_age=60 * 60_000, max_retries=0)
-def evaluate_events(slug: str, event_ids: list[int]) -> None:
+def evaluate_batch(slug: str, event_ids: list[int]) -> bool:
+    """Evaluate a claimed batch in one tenant transaction, behind the tenant's breaker; the
+    new claims go to their preparation queues once it commits. False when it was not
+    evaluated: the breaker is open (the lease runs out and a later pass claims the batch
+    again) or it failed (handed back at once, in a fresh transaction: the failed one is
+    poisoned; the attempts bound it)."""
+
     def evaluate() -> int:
         with tenant_tx(slug) as tx:
             report = evaluate_claimed(tx, event_ids)
@@ -195,19 +212,17 @@ def evaluate_events(slug: str, event_ids: list[int]) -> None:
     try:
         evaluated = _guarded(slug, evaluate)
     except Exception as error:
-        # The failed transaction rolled back; say so in a fresh one, so the next pass
-        # retries the batch at once instead of waiting for its lease (attempts bound it).
         log.exception("tenant=%s evaluation of %d event(s) failed", slug, len(event_ids))
         try:
             with tenant_tx(slug) as tx:
                 release_batch(tx, event_ids, f"{type(error).__name__}: {error}")
         except Exception:
             log.exception("tenant=%s could not release the batch (its lease will run out)", slug)
-        return
+        return False
     if evaluated is None:
-        return  # breaker open: the lease runs out and a later pass claims the batch again
+        return False
     RELAY_EVENTS.inc(evaluated)
-    wake(slug)  # the tenant's next batch, if any
+    return True
 
 
 @dramatiq.actor(queue_name="relay", time_limit=60_000, max_age=60_000)  # milliseconds

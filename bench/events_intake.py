@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +29,11 @@ from typing import Any
 
 import psycopg
 
-from bench.services import bench_services
+from bench.services import bench_services, wait_ready
 
 SLUG = "bench-intake"
 BATCH = 500  # events per request: the API's limit
 GOAL_SHARE = 0.30  # API events/s as a share of the raw INSERT's
-START_LIMIT = 60.0  # seconds the portal may take to answer /readyz
 
 
 def say(text: str = "") -> None:
@@ -100,18 +98,7 @@ def _start_portal(port: int, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as handle:
         server = subprocess.Popen([sys.executable, "-m", "tocsin.cli", "web"], env=env, stdout=handle,
                                   stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + START_LIMIT
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the portal exited at start-up; see {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return server
-        except OSError:
-            time.sleep(0.2)
-    server.terminate()
-    raise SystemExit(f"the portal did not answer /readyz within {START_LIMIT:.0f} s; see {log}")
+    return wait_ready(server, port, log)
 
 
 def _in_parallel(jobs: list[Callable[[], None]]) -> float:

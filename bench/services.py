@@ -4,6 +4,9 @@ ones under .tocsin/bench (started here, stopped when the benchmark ends)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,3 +45,23 @@ def bench_services(say: Callable[[str], None], *, quiet: bool = False) -> Iterat
         close_pool()
         if stop is not None:
             stop()
+
+
+START_LIMIT = 60.0  # seconds a started portal may take to answer /readyz
+
+
+def wait_ready(server: subprocess.Popen[bytes], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """Return ``server`` once the portal it runs answers /readyz; stop the benchmark (with
+    where to look) if it exits first or does not answer within START_LIMIT."""
+    deadline = time.monotonic() + START_LIMIT
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"the portal exited at start-up; see {log}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return server
+        except OSError:
+            time.sleep(0.2)
+    server.terminate()
+    raise SystemExit(f"the portal did not answer /readyz within {START_LIMIT:.0f} s; see {log}")

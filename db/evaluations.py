@@ -1,11 +1,13 @@
 """Evaluation of a claimed batch of events: rule claims in the ledger, the trace, done.
 
-One tenant transaction per batch (actors/relay.py ``evaluate_events``):
+One tenant transaction per batch (actors/relay.py ``evaluate_batch``):
 1. lock the batch's events still 'processing' (SKIP LOCKED: a duplicate message running at
    the same moment takes none of them; one that runs later finds them evaluated);
-2. per event, the rules engine's four phases (db/rules.py ``candidate_rules`` is phase 1 in
-   SQL, once per (product, event type, trigger type) of the batch; domain/evaluation.py
-   phases 2 to 4 with targeted fact loading, db/facts.py);
+2. per event, the rules engine's four phases (db/rules.py ``candidate_rules_of`` is phase 1
+   in SQL, for every (product, event type, trigger type) of the batch in one statement;
+   domain/evaluation.py phases 2 to 4), the events of the batch in step: the stored facts all of them want for
+   phase 3, then for phase 4, are loaded in one call each (targeted loading, db/facts.py:
+   one query per family for the whole batch, in one round trip);
 3. one ledger row per (rule, event) that fired, under the ledger's unique key (rule
    'rule:<id>', subject, threshold 'event:<id>', the day it occurred), naming the rule's
    version; ON CONFLICT DO NOTHING makes a second evaluation of the same event claim nothing;
@@ -16,16 +18,17 @@ After commit the new claims go to their product's preparation queue (TenantTx.cl
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from db.facts import load_facts
-from db.rules import candidate_rules
+from db.facts import BatchLoader, load_facts_of_subjects
+from db.rules import candidate_rules_of
 from db.tenancy import TenantTx
-from domain.evaluation import EventFacts, evaluate_event
+from domain.conditions import WantedFacts
+from domain.evaluation import Evaluated, Evaluation, EventFacts, TriggerIndex, evaluation
 
 
 @dataclass
@@ -65,28 +68,36 @@ RETURNING id, event_id
 _DONE = """
 UPDATE events e SET status = 'evaluated', evaluated_at = clock_timestamp(), lease_until = NULL,
        last_error = NULL, trace = t.trace
-FROM unnest(%(ids)s::bigint[], %(traces)s::jsonb[]) AS t(id, trace)
+FROM jsonb_to_recordset(%(traces)s) AS t(id bigint, trace jsonb)
 WHERE e.id = t.id
 """
 
 
-def evaluate_claimed(tx: TenantTx, event_ids: list[int]) -> EvaluationReport:
+def _compact_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def evaluate_claimed(tx: TenantTx, event_ids: list[int],
+                     load: BatchLoader = load_facts_of_subjects) -> EvaluationReport:
     report = EvaluationReport()
     rows = tx.conn.execute(_BATCH, [event_ids]).fetchall()
     if not rows:
         return report
-    rules_for: dict[tuple[str, str, str | None], list[Any]] = {}
+    # Phase 1 once per (product, event type, trigger type) of the batch, in one statement.
+    keys = [(str(r[1]), str(r[3]), None if r[4] is None else str(r[4])) for r in rows]
+    rules_for = {k: TriggerIndex(c) for k, c in candidate_rules_of(tx, keys).items()}
+    runs: dict[int, Evaluation] = {}  # by event: its phases 2-4, driven below
+    subject_of: dict[int, int] = {}
+    wants: dict[int, WantedFacts] = {}
+    outcomes: dict[int, Evaluated] = {}
     claims: dict[str, list[Any]] = {"rule_ids": [], "versions": [], "subject_ids": [],
                                     "event_ids": [], "occurred": []}
     product_of: dict[int, str] = {}
-    done_ids: list[int] = []
-    traces: list[Jsonb] = []
+    occurred: dict[int, Any] = {}
     for row in rows:
         (event_id, product, subject_id, event_type, trigger_type, changes, metadata, occurred_at,
          lag, kind, external_id, title, status, assignees) = row
         key = (str(product), str(event_type), None if trigger_type is None else str(trigger_type))
-        if key not in rules_for:
-            rules_for[key] = candidate_rules(tx, *key)
         event = EventFacts(
             event_type=key[1], trigger_type=key[2], subject_kind=str(kind),
             metadata=dict(metadata or {}),  # type: ignore[call-overload]
@@ -95,23 +106,45 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int]) -> EvaluationReport:
                            "subject.title": title, "subject.status": status,
                            "subject.assignees": list(assignees or [])},  # type: ignore[call-overload]
         )
-        eid, sid = int(str(event_id)), int(str(subject_id))
-        results = evaluate_event(rules_for[key], event, partial(load_facts, tx, sid))
-        for result in results:
+        eid = int(str(event_id))
+        subject_of[eid] = int(str(subject_id))
+        product_of[eid] = key[0]
+        occurred[eid] = occurred_at
+        runs[eid] = evaluation(rules_for[key], event)
+        wants[eid] = next(runs[eid])
+        report.lags.append(float(str(lag)))
+    # Phases 3 and 4 in step for the whole batch: what every event wants is loaded in one
+    # call (one query per family), not one per event.
+    while runs:
+        by_subject: dict[int, WantedFacts] = {}
+        for eid, wanted in wants.items():
+            if wanted:
+                sid = subject_of[eid]
+                by_subject[sid] = by_subject.get(sid, WantedFacts()).union(wanted)
+        loaded = load(tx, by_subject) if by_subject else {}
+        for eid in list(runs):
+            try:
+                wants[eid] = runs[eid].send(loaded.get(subject_of[eid], {}) if wants[eid] else {})
+            except StopIteration as done:
+                outcomes[eid] = done.value
+                del runs[eid], wants[eid]
+    traces: list[dict[str, Any]] = []
+    for eid, evaluated in outcomes.items():
+        for result in evaluated.outcomes:
             if result.fired:
                 claims["rule_ids"].append(result.rule_id)
                 claims["versions"].append(result.rule_version)
-                claims["subject_ids"].append(sid)
+                claims["subject_ids"].append(subject_of[eid])
                 claims["event_ids"].append(eid)
-                claims["occurred"].append(occurred_at)
-        product_of[eid] = key[0]
-        done_ids.append(eid)
-        traces.append(Jsonb([r.to_json() for r in results]))
-        report.lags.append(float(str(lag)))
+                claims["occurred"].append(occurred[eid])
+        traces.append({"id": eid, "trace": evaluated.trace()})
     if claims["rule_ids"]:
         for ledger_id, event_id in tx.conn.execute(_CLAIM, claims).fetchall():
             tx.claims_to_prepare.append((product_of[int(str(event_id))], int(str(ledger_id))))
             report.claims += 1
-    tx.conn.execute(_DONE, {"ids": done_ids, "traces": traces})
-    report.evaluated = len(done_ids)
+    # One JSON document for the batch's traces (a jsonb[] parameter would be dumped as an
+    # array literal, escaping every quote of every trace), without the spaces json.dumps
+    # puts after separators: less to write, send and parse.
+    tx.conn.execute(_DONE, {"traces": Jsonb(traces, dumps=_compact_json)})
+    report.evaluated = len(outcomes)
     return report

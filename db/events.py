@@ -1,5 +1,5 @@
-"""The events outbox: event rows written in the transaction of the write that caused them,
-and the backlog the relay has still to evaluate.
+"""The events outbox: event rows written in the transaction of the write that caused them
+(the relay's side, the claim and the backlog, is db/relay.py).
 
 `record_events` is the one way an event is recorded, whoever sends it (the events API, a
 host application through tocsin.outbox, the demo, the CLI). The rows are the durable
@@ -8,15 +8,13 @@ intent; the relay's wake-up after commit only makes it sooner.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from psycopg.rows import tuple_row
 
-from db.subjects import Cursor, schema_sql, update_register
+from db.subjects import Cursor, json_rows, schema_sql, update_register
 from db.tenancy import Connection, TenantTx
 from domain.events import EventIn
 
@@ -53,17 +51,18 @@ def _record(cur: Cursor, schema: str, events: Sequence[EventIn], source: str,
     cur.execute(schema_sql(schema, """
         INSERT INTO {s}.events (product, subject_id, event_type, trigger_type, changes, metadata,
                                 occurred_at, source)
-        SELECT w.product, w.subject_id, w.event_type, w.trigger_type, w.changes::jsonb,
-               w.metadata::jsonb, coalesce(w.occurred_at, now()), %s
-        FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
-                    %s::timestamptz[]) WITH ORDINALITY
-             AS w (product, subject_id, event_type, trigger_type, changes, metadata, occurred_at, n)
+        SELECT w.product, w.subject_id, w.event_type, w.trigger_type, w.changes, w.metadata,
+               coalesce(w.occurred_at, now()), %s
+        FROM json_to_recordset(%s::json)
+             AS w (n integer, product text, subject_id bigint, event_type text, trigger_type text,
+                   changes jsonb, metadata jsonb, occurred_at timestamptz)
         ORDER BY w.n
         RETURNING id
-        """), [source, [e.product for e in events], [p.subject_id for p in placed],
-               [e.event_type for e in events], [e.trigger_type for e in events],
-               [json.dumps(p.changes) for p in placed], [json.dumps(dict(e.metadata)) for e in events],
-               [e.occurred_at for e in events]])
+        """), [source, json_rows([
+            {"n": n, "product": e.product, "subject_id": p.subject_id, "event_type": e.event_type,
+             "trigger_type": e.trigger_type, "changes": p.changes, "metadata": dict(e.metadata),
+             "occurred_at": e.occurred_at}
+            for n, (e, p) in enumerate(zip(events, placed, strict=True))])])
     # The rows are inserted in the batch's order, and an identity column hands its values
     # out in increasing order within one statement: sorted ids are the events in order.
     ids = sorted(int(r[0]) for r in cur.fetchall())
@@ -77,30 +76,6 @@ def record_events(tx: TenantTx, events: Sequence[EventIn], source: str,
         recorded = record_events_in(cur, tx.tenant.schema, events, source, prefixes)
     tx.events_recorded.extend(r.event_id for r in recorded)
     return recorded
-
-
-@dataclass(frozen=True)
-class Backlog:
-    product: str
-    waiting: int  # pending or processing
-    failed: int
-    oldest_age: timedelta | None  # of the oldest event waiting
-
-
-def backlog(tx: TenantTx) -> list[Backlog]:
-    """Per product: events waiting for the relay, failed ones, and how long the oldest
-    waiting one has waited (the events_ready index serves the waiting ones)."""
-    rows = tx.conn.execute("""
-        SELECT p.code,
-               (SELECT count(*) FROM events e WHERE e.product = p.code
-                  AND e.status IN ('pending', 'processing')),
-               (SELECT count(*) FROM events e WHERE e.product = p.code AND e.status = 'failed'),
-               now() - (SELECT min(e.recorded_at) FROM events e WHERE e.product = p.code
-                          AND e.status IN ('pending', 'processing'))
-        FROM products p ORDER BY p.code
-        """).fetchall()
-    return [Backlog(str(r[0]), int(str(r[1])), int(str(r[2])), r[3] if isinstance(r[3], timedelta) else None)
-            for r in rows]
 
 
 def event_row(conn: Connection, schema: str, event_id: int) -> dict[str, Any] | None:

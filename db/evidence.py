@@ -101,17 +101,27 @@ class LedgerRow:
     acknowledged_by: str | None
     deliveries: int
     emails_accepted: int
+    # A tenant rule's claim: the rule's name and the version that fired, and the event.
+    rule_name: str | None = None
+    rule_version: int | None = None
+    event_id: int | None = None
 
 
 LEDGER_FIELDS = tuple(f.name for f in fields(LedgerRow))
 
 _LEDGER_SELECT = """
-SELECT l.id, l.rule, l.subject_kind, l.subject_id, c.name AS subject_name, l.threshold, l.due_on,
+SELECT l.id, l.rule, l.subject_kind, l.subject_id,
+       coalesce(c.name, sj.external_id || CASE WHEN sj.title <> '' THEN ' · ' || sj.title ELSE '' END)
+           AS subject_name,
+       l.threshold, l.due_on,
        l.status, l.status_reason, l.local_date, l.claimed_at, l.delivered_at,
        l.acknowledged_at, ack.email AS acknowledged_by,
-       coalesce(d.deliveries, 0) AS deliveries, coalesce(d.accepted, 0) AS emails_accepted
+       coalesce(d.deliveries, 0) AS deliveries, coalesce(d.accepted, 0) AS emails_accepted,
+       r.name AS rule_name, l.rule_version, l.event_id
 FROM notification_ledger l
 LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
+LEFT JOIN subjects sj ON l.subject_kind = 'subject' AND sj.id = l.subject_id
+LEFT JOIN rules r ON r.id = l.rule_id
 LEFT JOIN users ack ON ack.id = l.acknowledged_by
 LEFT JOIN LATERAL (
     SELECT count(*) AS deliveries,

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 from psycopg_pool import ConnectionPool
 
+from db.pool import check_connection
 from db.tenancy import TenantTx, tenant_read_tx
 from domain.errors import Busy
 
@@ -115,7 +116,7 @@ class ExportBudget:
                     kwargs={"autocommit": True, "options": self._options,
                             "application_name": APPLICATION_NAME},
                     # A connection the server ended (an idle export) is replaced, not reused.
-                    check=ConnectionPool.check_connection, open=False, name="tocsin-exports",
+                    check=check_connection, open=False, name="tocsin-exports",
                 )
                 pool.open(wait=False)
                 self._opened = pool

@@ -3,6 +3,7 @@ on first use."""
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,20 @@ CONNECT_TIMEOUT = 10  # seconds to wait for PostgreSQL to accept a connection
 _lock = threading.Lock()
 _pool: ConnectionPool | None = None
 _configured: tuple[str, int] | None = None  # (database_url, max_size) handed in at start-up
+
+
+def check_connection(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """The pool's check before it hands out a connection, without a round trip when the
+    connection is plainly well: an idle connection has nothing to read, while one whose
+    backend ended (terminated, the server restarted, an idle timeout) has the server's
+    goodbye or the end of the stream waiting on its socket. Only then is it asked, and the
+    error that raises makes the pool replace it. psycopg_pool's own check asks every time: a
+    round trip for every transaction, a tenth of what a badge request waited on."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
 
 
 def configure_pool(database_url: str, *, max_size: int = 10) -> None:
@@ -54,7 +69,7 @@ def _open_locked(database_url: str, *, max_size: int, min_size: int = 1) -> Conn
         max_size=max_size,
         kwargs={"autocommit": True},
         # A connection whose backend was terminated is replaced, not handed out.
-        check=ConnectionPool.check_connection,
+        check=check_connection,
         open=False,
         name="tocsin",
     )

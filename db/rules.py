@@ -243,20 +243,41 @@ _parsed: OrderedDict[tuple[int, int, int], RuleDefinition] = OrderedDict()
 _parsed_lock = threading.Lock()
 
 
+CandidateKey = tuple[str, str, str | None]  # (product, event type, trigger type)
+
+# Phase 1 for several (product, event type, trigger type) at once: the wanted keys as
+# parallel arrays; a rule answers every key of its product and kind whose trigger type it
+# lists (updates) or any (created: no trigger type). Served by rules_candidates.
+_CANDIDATES = """
+SELECT w.n, r.id, r.version
+FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS w (product, kind, trigger, n)
+JOIN rules r ON r.enabled AND r.product = w.product AND r.kind = w.kind
+            AND (w.trigger IS NULL OR w.trigger = ANY(r.trigger_types))
+ORDER BY w.n, r.id
+"""
+
+
 def candidate_rules(tx: TenantTx, product: str, event_type: str,
                     trigger_type: str | None) -> list[Candidate]:
     """Phase 1: the enabled rules of the product and event kind that answer the trigger
-    type (updates), chosen in SQL. A (rule, version) is immutable, so its parsed
-    definition is kept in process and only new versions' definitions are read."""
-    rows = tx.conn.execute(
-        "SELECT id, version FROM rules WHERE enabled AND product = %s AND kind = %s "
-        "AND (%s::text IS NULL OR %s = ANY(trigger_types)) ORDER BY id",
-        [product, event_type, trigger_type, trigger_type]).fetchall()
+    type (updates), chosen in SQL."""
+    return candidate_rules_of(tx, [(product, event_type, trigger_type)])[(product, event_type, trigger_type)]
+
+
+def candidate_rules_of(tx: TenantTx, keys: list[CandidateKey]) -> dict[CandidateKey, list[Candidate]]:
+    """Phase 1 for every (product, event type, trigger type) of a batch, in one statement.
+    A (rule, version) is immutable, so its parsed definition is kept in process and only
+    new versions' definitions are read (a second statement, only then)."""
+    keys = list(dict.fromkeys(keys))
+    if not keys:
+        return {}
+    rows = tx.conn.execute(_CANDIDATES, [[k[0] for k in keys], [k[1] for k in keys],
+                                         [k[2] for k in keys]]).fetchall()
     tenant = tx.tenant.id
-    keys = [(tenant, int(str(r[0])), int(str(r[1]))) for r in rows]
+    found = [(int(str(n)) - 1, (tenant, int(str(i)), int(str(v)))) for n, i, v in rows]
     with _parsed_lock:
-        known = {k: _parsed[k] for k in keys if k in _parsed}
-    unknown = [k for k in keys if k not in known]
+        known = {k: _parsed[k] for _, k in found if k in _parsed}
+    unknown = list(dict.fromkeys(k for _, k in found if k not in known))
     if unknown:
         # From the immutable versions, not the rules row: a change committed since the
         # first statement must not be cached under the version read there.
@@ -271,4 +292,8 @@ def candidate_rules(tx: TenantTx, product: str, event_type: str,
                 known[key] = _parsed[key] = stored_rule(definition)  # type: ignore[arg-type]
             while len(_parsed) > _CACHE_SIZE:
                 _parsed.popitem(last=False)
-    return [Candidate(k[1], k[2], known[k]) for k in keys if k in known]
+    out: dict[CandidateKey, list[Candidate]] = {k: [] for k in keys}
+    for n, k in found:
+        if k in known:
+            out[keys[n]].append(Candidate(k[1], k[2], known[k]))
+    return out

@@ -9,11 +9,11 @@ statement per event or per fact.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import msgspec
 import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
@@ -96,77 +96,108 @@ def _check(events: Sequence[EventIn], prefixes: Sequence[str], known: _Known) ->
         raise InvalidEvents(problems)
 
 
-Registered = dict[SubjectKey, tuple[int, bool, SubjectState]]  # key -> (id, created now, state)
+def json_rows(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows for ``json_to_recordset``: one parameter, encoded in C, that the server reads in
+    C. Binding one array per column instead cost more Python time than the statements
+    themselves (each text element escaped one by one), and jsonb values went through it
+    encoded twice."""
+    return msgspec.json.encode(rows).decode()
 
 
-def _lock_subjects(cur: Cursor, schema: str, keys: list[SubjectKey]) -> Registered:
-    """Create the subjects not yet registered and lock every one the batch touches (in one
-    order, so two batches never deadlock), with what the register holds of them."""
+@dataclass(frozen=True)
+class _Registered:
+    subject_id: int
+    before: SubjectState | None  # what the register held; None: registered by this batch
+
+
+def _register_subjects(cur: Cursor, schema: str,
+                       fresh: dict[SubjectKey, SubjectState]) -> dict[SubjectKey, _Registered]:
+    """Insert the subjects not yet registered, already as the batch leaves them (``fresh``:
+    each subject's state after its events, starting from nothing), and lock every one the
+    batch touches, in one order so two batches never deadlock. A subject registered before
+    keeps its row here (the lock is all) and is rewritten by _write from its real state."""
+    keys = sorted(fresh)
     cur.execute(schema_sql(schema, """
-        INSERT INTO {s}.subjects AS s (product, kind, external_id)
-        SELECT * FROM unnest(%s::text[], %s::text[], %s::text[])
+        INSERT INTO {s}.subjects AS s (product, kind, external_id, title, status, time_zone, assigned_at)
+        SELECT w.product, w.kind, w.external_id, w.title, w.status, w.time_zone,
+               CASE WHEN w.assigned THEN now() END
+        FROM json_to_recordset(%s::json) AS w (n integer, product text, kind text, external_id text,
+                                               title text, status text, time_zone text, assigned boolean)
+        ORDER BY w.n
         ON CONFLICT (product, kind, external_id) DO UPDATE SET title = s.title
         RETURNING s.product, s.kind, s.external_id, s.id, s.xmax = 0, s.title, s.status, s.time_zone
-        """), [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]])
+        """), [json_rows([{"n": n, "product": k[0], "kind": k[1], "external_id": k[2],
+                           "title": fresh[k].title, "status": fresh[k].status,
+                           "time_zone": fresh[k].time_zone, "assigned": bool(fresh[k].assignees)}
+                          for n, k in enumerate(keys)])])
     return {(str(r[0]), str(r[1]), str(r[2])):
-            (int(r[3]), bool(r[4]), SubjectState(str(r[5]), str(r[6]), r[7])) for r in cur.fetchall()}
+            _Registered(int(r[3]), None if r[4] else SubjectState(str(r[5]), str(r[6]), r[7]))
+            for r in cur.fetchall()}
 
 
 def _load_facts(cur: Cursor, schema: str, events: Sequence[EventIn],
-                subjects: Registered) -> dict[int, SubjectState]:
+                subjects: dict[SubjectKey, _Registered]) -> dict[int, SubjectState]:
     """What the register holds of the facts this batch sets, for the subjects that existed
-    before it (one query per family, only for the keys the batch names)."""
-    states = {sid: state for sid, _, state in subjects.values()}
-    assignees_of: set[int] = set()
-    fields: set[tuple[int, str]] = set()
-    forms: set[tuple[int, str, str]] = set()
-    levels: set[tuple[int, str]] = set()
+    before it: one statement for every family, only for the keys the batch names."""
+    states = {r.subject_id: r.before for r in subjects.values() if r.before is not None}
+    wanted: set[tuple[str, int, str, str]] = set()  # (family, subject id, name, field)
     for e in events:
-        sid, created, _ = subjects[e.subject_key]
-        if created:
+        sid = subjects[e.subject_key].subject_id
+        if sid not in states:
             continue
         if e.subject.assignees is not None:
-            assignees_of.add(sid)
-        fields.update((sid, name) for name in e.subject.fields)
-        forms.update((sid, form, name) for form, name in e.subject.forms)
-        levels.update((sid, level) for level in e.subject.hierarchy)
-    found_assignees: dict[int, list[str]] = {}
-    found_fields: dict[int, dict[str, JsonValue]] = {}
-    found_forms: dict[int, dict[tuple[str, str], JsonValue]] = {}
-    found_levels: dict[int, dict[str, str]] = {}
-    if assignees_of:
-        cur.execute(schema_sql(schema, "SELECT a.subject_id, lower(u.email) FROM {s}.subject_assignees a "
-                               "JOIN {s}.users u ON u.id = a.user_id WHERE a.subject_id = ANY(%s)"),
-                    [sorted(assignees_of)])
-        for sid, email in cur.fetchall():
-            found_assignees.setdefault(int(sid), []).append(str(email))
-    if fields:
-        cur.execute(schema_sql(schema, "SELECT f.subject_id, f.name, f.value FROM {s}.subject_fields f "
-                               "JOIN unnest(%s::bigint[], %s::text[]) AS w (subject_id, name) "
-                               "USING (subject_id, name)"),
-                    [[f[0] for f in fields], [f[1] for f in fields]])
-        for sid, name, value in cur.fetchall():
-            found_fields.setdefault(int(sid), {})[str(name)] = value
-    if forms:
-        cur.execute(schema_sql(schema, "SELECT f.subject_id, f.form, f.field, f.value "
-                               "FROM {s}.subject_form_answers f JOIN unnest(%s::bigint[], %s::text[], "
-                               "%s::text[]) AS w (subject_id, form, field) USING (subject_id, form, field)"),
-                    [[f[0] for f in forms], [f[1] for f in forms], [f[2] for f in forms]])
-        for sid, form, name, value in cur.fetchall():
-            found_forms.setdefault(int(sid), {})[(str(form), str(name))] = value
-    if levels:
-        cur.execute(schema_sql(schema, "SELECT h.subject_id, h.level, u.code FROM {s}.subject_hierarchy h "
-                               "JOIN {s}.hierarchy_units u ON u.id = h.unit_id "
-                               "JOIN unnest(%s::bigint[], %s::text[]) AS w (subject_id, level) "
-                               "ON w.subject_id = h.subject_id AND w.level = h.level"),
-                    [[x[0] for x in levels], [x[1] for x in levels]])
-        for sid, level, code in cur.fetchall():
-            found_levels.setdefault(int(sid), {})[str(level)] = str(code)
+            wanted.add(("assignees", sid, "", ""))
+        wanted.update(("field", sid, name, "") for name in e.subject.fields)
+        wanted.update(("form", sid, form, name) for form, name in e.subject.forms)
+        wanted.update(("level", sid, level, "") for level in e.subject.hierarchy)
+    if not wanted:
+        return states
+    cur.execute(schema_sql(schema, """
+        WITH w AS (SELECT * FROM json_to_recordset(%s::json)
+                                 AS w (family text, subject_id bigint, a text, b text))
+        SELECT 'assignees', a.subject_id, lower(u.email), NULL, NULL::jsonb
+        FROM {s}.subject_assignees a JOIN {s}.users u ON u.id = a.user_id
+        WHERE a.subject_id IN (SELECT subject_id FROM w WHERE family = 'assignees')
+        UNION ALL
+        SELECT 'field', f.subject_id, f.name, NULL, f.value FROM {s}.subject_fields f
+        JOIN w ON w.family = 'field' AND w.subject_id = f.subject_id AND w.a = f.name
+        UNION ALL
+        SELECT 'form', f.subject_id, f.form, f.field, f.value FROM {s}.subject_form_answers f
+        JOIN w ON w.family = 'form' AND w.subject_id = f.subject_id AND w.a = f.form AND w.b = f.field
+        UNION ALL
+        SELECT 'level', h.subject_id, h.level, u.code, NULL FROM {s}.subject_hierarchy h
+        JOIN {s}.hierarchy_units u ON u.id = h.unit_id
+        JOIN w ON w.family = 'level' AND w.subject_id = h.subject_id AND w.a = h.level
+        """), [json_rows([{"family": f, "subject_id": sid, "a": a, "b": b} for f, sid, a, b in wanted])])
+    assignees: dict[int, list[str]] = {}
+    fields: dict[int, dict[str, JsonValue]] = {}
+    forms: dict[int, dict[tuple[str, str], JsonValue]] = {}
+    levels: dict[int, dict[str, str]] = {}
+    for family, sid, a, b, value in cur.fetchall():
+        if family == "assignees":
+            assignees.setdefault(sid, []).append(a)
+        elif family == "field":
+            fields.setdefault(sid, {})[a] = value
+        elif family == "form":
+            forms.setdefault(sid, {})[(a, b)] = value
+        else:
+            levels.setdefault(sid, {})[a] = b
     for sid, state in states.items():
-        states[sid] = replace(state, assignees=tuple(sorted(found_assignees.get(sid, ()))),
-                              fields=found_fields.get(sid, {}), forms=found_forms.get(sid, {}),
-                              hierarchy=found_levels.get(sid, {}))
+        states[sid] = replace(state, assignees=tuple(sorted(assignees.get(sid, ()))),
+                              fields=fields.get(sid, {}), forms=forms.get(sid, {}),
+                              hierarchy=levels.get(sid, {}))
     return states
+
+
+def _apply_all(events: Sequence[EventIn], subject_of: Sequence[int],
+               states: dict[int, SubjectState]) -> list[dict[str, dict[str, JsonValue]]]:
+    """Apply the events in order to ``states`` (subject id -> state, updated in place):
+    a later event of a subject sees the earlier one. Returns each event's changes."""
+    changes = []
+    for event, sid in zip(events, subject_of, strict=True):
+        states[sid], found = apply_event(states[sid], event)
+        changes.append(found)
+    return changes
 
 
 def update_register(cur: Cursor, schema: str, events: Sequence[EventIn],
@@ -177,74 +208,124 @@ def update_register(cur: Cursor, schema: str, events: Sequence[EventIn],
     (``prefixes[i]`` starts event i's paths); nothing is written then."""
     known = _look_up(cur, schema, events)
     _check(events, prefixes, known)
-    subjects = _lock_subjects(cur, schema, sorted({e.subject_key for e in events}))
+    # Each subject as if the batch registers it: true of most subjects of a batch of
+    # creations, which are then written by their INSERT alone.
+    keys = sorted({e.subject_key for e in events})
+    number = {key: n for n, key in enumerate(keys)}
+    fresh = {n: SubjectState() for n in range(len(keys))}
+    fresh_changes = _apply_all(events, [number[e.subject_key] for e in events], fresh)
+    subjects = _register_subjects(cur, schema, {key: fresh[number[key]] for key in keys})
+    subject_of = [subjects[e.subject_key].subject_id for e in events]
     before = _load_facts(cur, schema, events, subjects)
-    states = dict(before)
-    placed: list[Placed] = []
-    touched: dict[int, tuple[EventIn, ...]] = {}
-    for event in events:
-        sid = subjects[event.subject_key][0]
-        states[sid], changes = apply_event(states[sid], event)
-        touched[sid] = (*touched.get(sid, ()), event)
-        placed.append(Placed(sid, changes))
-    _write(cur, schema, before, states, touched, known)
-    return placed
+    after = {subjects[key].subject_id: fresh[number[key]] for key in keys}
+    if before:  # subjects registered before this batch: their events' changes from their real state
+        existing = [(e, sid) for e, sid in zip(events, subject_of, strict=True) if sid in before]
+        states = dict(before)
+        real_changes = iter(_apply_all([e for e, _ in existing], [sid for _, sid in existing], states))
+        after.update(states)
+        changes = [next(real_changes) if sid in before else found
+                   for sid, found in zip(subject_of, fresh_changes, strict=True)]
+    else:
+        changes = fresh_changes
+    _write(cur, schema, events, subject_of, before, after, known)
+    return [Placed(sid, found) for sid, found in zip(subject_of, changes, strict=True)]
 
 
-def _write(cur: Cursor, schema: str, before: dict[int, SubjectState], after: dict[int, SubjectState],
-           touched: dict[int, tuple[EventIn, ...]], known: _Known) -> None:
-    ids = sorted(touched)
-    cur.execute(schema_sql(schema, """
-        UPDATE {s}.subjects s SET title = w.title, status = w.status, time_zone = w.time_zone,
-               updated_at = now(),
-               status_changed_at = CASE WHEN w.status_changed THEN now() ELSE s.status_changed_at END,
-               assigned_at = CASE WHEN w.assigned THEN now() ELSE s.assigned_at END
-        FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::bool[], %s::bool[])
-             AS w (id, title, status, time_zone, status_changed, assigned)
-        WHERE s.id = w.id
-        """), [ids, [after[i].title for i in ids], [after[i].status for i in ids],
-               [after[i].time_zone for i in ids], [after[i].status != before[i].status for i in ids],
-               [after[i].assignees != before[i].assignees for i in ids]])
-    fields = sorted({(sid, name) for sid, evs in touched.items() for e in evs for name in e.subject.fields})
-    if fields:
+def _write(cur: Cursor, schema: str, events: Sequence[EventIn], subject_of: Sequence[int],
+           before: dict[int, SubjectState], after: dict[int, SubjectState], known: _Known) -> None:
+    """Write the subjects' facts as ``after`` holds them. ``before`` holds the subjects
+    registered before this batch: only their rows need an UPDATE (the others were inserted
+    as they are), and only their assignees may need deleting."""
+    existing = sorted(before)
+    if existing:
         cur.execute(schema_sql(schema, """
-            INSERT INTO {s}.subject_fields (subject_id, name, value)
-            SELECT w.subject_id, w.name, w.value::jsonb
-            FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS w (subject_id, name, value)
-            ON CONFLICT (subject_id, name) DO UPDATE SET value = EXCLUDED.value
-            """), [[f[0] for f in fields], [f[1] for f in fields],
-                   [json.dumps(after[sid].fields[name]) for sid, name in fields]])
-    forms = sorted({(sid, form, name) for sid, evs in touched.items() for e in evs
-                    for form, name in e.subject.forms})
-    if forms:
-        cur.execute(schema_sql(schema, """
-            INSERT INTO {s}.subject_form_answers (subject_id, form, field, value)
-            SELECT w.subject_id, w.form, w.field, w.value::jsonb
-            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[])
-                 AS w (subject_id, form, field, value)
-            ON CONFLICT (subject_id, form, field) DO UPDATE SET value = EXCLUDED.value, submitted_at = now()
-            """), [[f[0] for f in forms], [f[1] for f in forms], [f[2] for f in forms],
-                   [json.dumps(after[sid].forms[(form, name)]) for sid, form, name in forms]])
-    levels = sorted({(sid, level) for sid, evs in touched.items() for e in evs
-                     for level in e.subject.hierarchy})
-    if levels:
-        cur.execute(schema_sql(schema, """
-            INSERT INTO {s}.subject_hierarchy (subject_id, level, unit_id)
-            SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[])
-            ON CONFLICT (subject_id, level) DO UPDATE SET unit_id = EXCLUDED.unit_id
-            """), [[x[0] for x in levels], [x[1] for x in levels],
-                   [known.units[(level, after[sid].hierarchy[level])] for sid, level in levels]])
-    reassigned = [sid for sid in ids if after[sid].assignees != before[sid].assignees]
-    if reassigned:
-        pairs = [(sid, known.users[email]) for sid in reassigned for email in after[sid].assignees]
+            UPDATE {s}.subjects s SET title = w.title, status = w.status, time_zone = w.time_zone,
+                   updated_at = now(),
+                   status_changed_at = CASE WHEN w.status_changed THEN now() ELSE s.status_changed_at END,
+                   assigned_at = CASE WHEN w.assigned THEN now() ELSE s.assigned_at END
+            FROM json_to_recordset(%s::json)
+                 AS w (id bigint, title text, status text, time_zone text, status_changed boolean,
+                       assigned boolean)
+            WHERE s.id = w.id
+            """), [json_rows([{"id": i, "title": after[i].title, "status": after[i].status,
+                               "time_zone": after[i].time_zone,
+                               "status_changed": after[i].status != before[i].status,
+                               "assigned": after[i].assignees != before[i].assignees} for i in existing])])
+    fields: set[tuple[int, str]] = set()
+    forms: set[tuple[int, str, str]] = set()
+    levels: set[tuple[int, str]] = set()
+    for e, sid in zip(events, subject_of, strict=True):
+        fields.update((sid, name) for name in e.subject.fields)
+        forms.update((sid, form, name) for form, name in e.subject.forms)
+        levels.update((sid, level) for level in e.subject.hierarchy)
+    _insert_facts(cur, schema, _FIELDS, before, [
+        {"subject_id": sid, "name": name, "value": after[sid].fields[name]} for sid, name in fields])
+    _insert_facts(cur, schema, _FORMS, before, [
+        {"subject_id": sid, "form": form, "field": name, "value": after[sid].forms[(form, name)]}
+        for sid, form, name in forms])
+    _insert_facts(cur, schema, _LEVELS, before, [
+        {"subject_id": sid, "level": level, "unit_id": known.units[(level, after[sid].hierarchy[level])]}
+        for sid, level in levels])
+    reassigned = sorted(sid for sid, state in after.items()
+                        if state.assignees != (before[sid].assignees if sid in before else ()))
+    if not reassigned:
+        return
+    pairs = [{"subject_id": sid, "user_id": known.users[email]}
+             for sid in reassigned for email in after[sid].assignees]
+    gone = [sid for sid in reassigned if sid in before]
+    if gone:
         cur.execute(schema_sql(schema, """
             DELETE FROM {s}.subject_assignees a
             WHERE a.subject_id = ANY(%s)
-              AND (a.subject_id, a.user_id) NOT IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
-            """), [reassigned, [p[0] for p in pairs], [p[1] for p in pairs]])
-        if pairs:
-            cur.execute(schema_sql(schema, """
-                INSERT INTO {s}.subject_assignees (subject_id, user_id)
-                SELECT * FROM unnest(%s::bigint[], %s::bigint[])
-                ON CONFLICT DO NOTHING
-                """), [[p[0] for p in pairs], [p[1] for p in pairs]])
+              AND (a.subject_id, a.user_id) NOT IN (
+                  SELECT w.subject_id, w.user_id
+                  FROM json_to_recordset(%s::json) AS w (subject_id bigint, user_id bigint))
+            """), [gone, json_rows(pairs)])
+    _insert_facts(cur, schema, _ASSIGNEES, before, pairs)
+
+
+@dataclass(frozen=True)
+class _FactTable:
+    name: str
+    columns: str  # the row's columns and types, as json_to_recordset takes them
+    key: str  # the primary key's columns
+    on_conflict: str  # what an upsert sets; empty: nothing (the row is the fact)
+
+    @property
+    def column_names(self) -> str:
+        return ", ".join(c.split()[0] for c in self.columns.split(", "))
+
+    @property
+    def selected(self) -> str:
+        # json_to_recordset reads a JSON null as SQL NULL, even into a jsonb column: a fact
+        # whose value is null is stored as JSON null.
+        return ", ".join("coalesce(w.value, 'null')" if c == "value" else f"w.{c}"
+                         for c in self.column_names.split(", "))
+
+
+_FIELDS = _FactTable("subject_fields", "subject_id bigint, name text, value jsonb", "subject_id, name",
+                     "value = EXCLUDED.value")
+_FORMS = _FactTable("subject_form_answers", "subject_id bigint, form text, field text, value jsonb",
+                    "subject_id, form, field", "value = EXCLUDED.value, submitted_at = now()")
+_LEVELS = _FactTable("subject_hierarchy", "subject_id bigint, level text, unit_id bigint",
+                     "subject_id, level", "unit_id = EXCLUDED.unit_id")
+_ASSIGNEES = _FactTable("subject_assignees", "subject_id bigint, user_id bigint", "subject_id, user_id", "")
+
+
+def _insert_facts(cur: Cursor, schema: str, table: _FactTable, before: dict[int, SubjectState],
+                  rows: list[dict[str, Any]]) -> None:
+    """Write fact rows: a plain INSERT for the subjects this batch registered, which have
+    none yet, an upsert for the subjects in ``before``. ON CONFLICT probes the key once more
+    for every row (a quarter of the cost of a batch of creations), so only rows that may
+    meet a stored one pay for it."""
+    new = [r for r in rows if r["subject_id"] not in before]
+    stored = [r for r in rows if r["subject_id"] in before]
+    insert = (f"INSERT INTO {{s}}.{table.name} ({table.column_names}) SELECT {table.selected} "
+              f"FROM json_to_recordset(%s::json) AS w ({table.columns})")
+    if new:
+        cur.execute(schema_sql(schema, insert), [json_rows(new)])
+    if stored:
+        # In key order: two batches upserting the same rows lock them in one order.
+        on_conflict = f"DO UPDATE SET {table.on_conflict}" if table.on_conflict else "DO NOTHING"
+        upsert = f"{insert} ORDER BY {table.key} ON CONFLICT ({table.key}) {on_conflict}"
+        cur.execute(schema_sql(schema, upsert), [json_rows(stored)])

@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
+from functools import lru_cache
 from typing import Any
 
 MAX_DEPTH = 5  # nested groups, the outermost counting as 1
@@ -73,6 +74,11 @@ def parse_fact(name: object) -> Fact | None:
     """The fact a name denotes, or None when it is not in the vocabulary."""
     if not isinstance(name, str):
         return None
+    return _parse_fact(name)
+
+
+@lru_cache(maxsize=8192)  # the same few hundred names, parsed for every leaf evaluated
+def _parse_fact(name: str) -> Fact | None:
     m = _FACT.fullmatch(name)
     if m is None:
         return None
@@ -289,6 +295,9 @@ def _leaves(tree: object) -> list[dict[str, Any]]:
 # --- evaluation ----------------------------------------------------------------------
 
 
+SEEN_MAX = 80  # characters of a text value kept in a stored trace
+
+
 @dataclass(frozen=True)
 class LeafTrace:
     """One condition as evaluated: what it expected, what it saw, and the outcome."""
@@ -307,6 +316,22 @@ class LeafTrace:
                                "expected": self.expected, "result": self.result}
         if self.missing:
             out["missing"] = True
+        else:
+            out["seen"] = self.seen
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+    def stored_json(self) -> dict[str, Any]:
+        """The compact form stored on the event: the leaf's path, result and the value seen.
+        Its fact, operator and expected value are in the rule version the trace names
+        (versions are immutable); a long text value keeps its start and its length."""
+        out: dict[str, Any] = {"path": self.path, "result": self.result}
+        if self.missing:
+            out["missing"] = True
+        elif isinstance(self.seen, str) and len(self.seen) > SEEN_MAX:
+            out["seen"] = self.seen[:SEEN_MAX] + "…"
+            out["seen_length"] = len(self.seen)
         else:
             out["seen"] = self.seen
         if self.reason:

@@ -11,7 +11,7 @@ evaluate them. A phase that needs no stored fact does not call the loader at all
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -73,6 +73,18 @@ class RuleOutcome:
                 "conditions": [t.to_json() for t in self.conditions],
                 "filters": [t.to_json() for t in self.filters]}
 
+    def stored_json(self) -> dict[str, Any]:
+        """The compact form stored in the event's trace: the rule and version, where it
+        stopped, and each condition's path, result and value seen (LeafTrace.stored_json);
+        the reason follows from the phase and no empty list is written."""
+        out: dict[str, Any] = {"rule_id": self.rule_id, "rule_version": self.rule_version,
+                               "fired": self.fired, "phase": int(self.phase)}
+        if self.conditions:
+            out["conditions"] = [t.stored_json() for t in self.conditions]
+        if self.filters:
+            out["filters"] = [t.stored_json() for t in self.filters]
+        return out
+
 
 def metadata_mismatch(rule: RuleDefinition, event: EventFacts) -> str | None:
     """Why phase 2 drops a rule for this event, or None when its trigger filter matches."""
@@ -88,27 +100,112 @@ def metadata_mismatch(rule: RuleDefinition, event: EventFacts) -> str | None:
     return None
 
 
+def metadata_mismatch_in_short(rule: RuleDefinition, event: EventFacts) -> str | None:
+    """metadata_mismatch naming the event's side only (what the rule wants is in its
+    definition), so the rules phase 2 drops for the same reason are traced together."""
+    why = metadata_mismatch(rule, event)
+    return None if why is None else why.split(", the rule wants", 1)[0].split(" (the rule wants", 1)[0]
+
+
+class TriggerIndex:
+    """Phase 2 for many events against the same candidates (a batch's (product, type,
+    trigger)): the candidates grouped by their trigger filter (subject kind and metadata),
+    so an event is matched once per distinct filter, not once per rule."""
+
+    def __init__(self, candidates: Sequence[Candidate]) -> None:
+        self.candidates = list(candidates)
+        groups: dict[str, list[Candidate]] = {}
+        for c in self.candidates:
+            groups.setdefault(c.definition.trigger_filter(), []).append(c)
+        self.groups = [TriggerGroup(members[0].definition, members) for members in groups.values()]
+
+    def split(self, event: EventFacts) -> tuple[list[Candidate], dict[str, list[TriggerGroup]]]:
+        """The candidates whose trigger filter matches the event (in order), and the groups
+        of the others by why not."""
+        kept: list[Candidate] = []
+        dropped: dict[str, list[TriggerGroup]] = {}
+        for group in self.groups:
+            why = metadata_mismatch_in_short(group.definition, event)
+            if why is None:
+                kept.extend(group.members)
+            else:
+                dropped.setdefault(why, []).append(group)
+        if len(kept) < len(self.candidates):
+            kept.sort(key=_by_id)
+        return kept, dropped
+
+
+def _by_id(c: Candidate) -> int:
+    return c.id
+
+
+@dataclass(frozen=True)
+class TriggerGroup:
+    """Candidates with the same trigger filter, and their [id, version] pairs as traced."""
+
+    definition: RuleDefinition
+    members: list[Candidate]
+    traced: list[list[int]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "traced", [[c.id, c.version] for c in self.members])
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """One event's result: an outcome for every rule that reached phase 3 (in the
+    candidates' order), and the rules phase 2 dropped, by trigger filter, with why."""
+
+    outcomes: list[RuleOutcome]
+    unmatched: dict[str, list[TriggerGroup]]
+
+    def all_outcomes(self, candidates: Sequence[Candidate], event: EventFacts) -> list[RuleOutcome]:
+        """One outcome per candidate, in their order (phase 2's with the full reason)."""
+        by_id = {o.rule_id: o for o in self.outcomes}
+        for groups in self.unmatched.values():
+            by_id.update({c.id: RuleOutcome(c.id, c.version, False, Phase.METADATA,
+                                            str(metadata_mismatch(c.definition, event)))
+                          for group in groups for c in group.members})
+        return [by_id[c.id] for c in candidates]
+
+    def trace(self) -> list[dict[str, Any]]:
+        """The trace stored on the event: each rule that reached phase 3 (RuleOutcome
+        .stored_json: every condition with the value seen), and for the rules phase 2
+        dropped one compact entry per reason: why, and the [id, version] of each rule."""
+        out = [o.stored_json() for o in self.outcomes]
+        for why, groups in self.unmatched.items():
+            rules = groups[0].traced if len(groups) == 1 else [r for g in groups for r in g.traced]
+            out.append({"phase": int(Phase.METADATA), "fired": False, "reason": why, "rules": rules})
+        return out
+
+
+# One event's evaluation as a generator: it yields the stored facts it wants (phase 3, then
+# phase 4; an empty WantedFacts when it wants nothing more), is sent their values, and
+# returns the result. Whoever drives it decides how to load: one event at a time
+# (evaluate_event) or the wants of a whole batch in one query per family (db/evaluations.py).
+Evaluation = Generator[WantedFacts, Mapping[str, object], Evaluated]
+
+
 def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
                    load: FactLoader) -> list[RuleOutcome]:
-    """Phases 2-4 for every candidate; one outcome per candidate, in their order."""
+    """Phases 2-4 for every candidate; one outcome per candidate, in their order. The
+    loader is called once per phase that wants a stored fact not asked for yet."""
+    run = evaluation(TriggerIndex(candidates), event)
+    wanted = next(run)
+    while True:
+        try:
+            wanted = run.send(load(wanted) if wanted else {})
+        except StopIteration as done:
+            result: Evaluated = done.value
+            return result.all_outcomes(candidates, event)
+
+
+def evaluation(index: TriggerIndex, event: EventFacts) -> Evaluation:
+    """Phases 2-4 as a generator (see Evaluation): yields exactly twice."""
+    survivors, unmatched = index.split(event)
     outcomes: dict[int, RuleOutcome] = {}
-    survivors: list[Candidate] = []
-    for c in candidates:
-        why = metadata_mismatch(c.definition, event)
-        if why is None:
-            survivors.append(c)
-        else:
-            outcomes[c.id] = RuleOutcome(c.id, c.version, False, Phase.METADATA, why)
 
     facts = event.known()
-    asked = WantedFacts()
-
-    def load_for(wanted: WantedFacts) -> None:
-        nonlocal asked
-        missing = wanted.minus(asked)
-        if missing:
-            facts.update(load(missing))
-            asked = asked.union(missing)
 
     # Phase 3. A rule whose conditions already fail on the facts at hand (a change it
     # wants did not happen, a status it wants is another) loads nothing.
@@ -118,7 +215,8 @@ def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
     for c in survivors:
         if c.id not in decided_false:
             wanted = wanted.union(c.definition.condition_facts())
-    load_for(wanted)
+    asked = wanted
+    facts.update((yield wanted) or {})
     passed: list[tuple[Candidate, tuple[LeafTrace, ...]]] = []
     for c in survivors:
         held, trace = evaluate(c.definition.conditions, Facts(facts, event.changes), "conditions",
@@ -132,10 +230,10 @@ def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
     wanted = WantedFacts()
     for c, _ in passed:
         wanted = wanted.union(c.definition.filter_facts())
-    load_for(wanted)
+    facts.update((yield wanted.minus(asked)) or {})
     for c, condition_trace in passed:
         held, trace = evaluate(c.definition.filters, Facts(facts, event.changes), "filters")
         outcomes[c.id] = RuleOutcome(
             c.id, c.version, held, Phase.FILTERS,
             "fired" if held else "filter criteria do not hold", condition_trace, tuple(trace))
-    return [outcomes[c.id] for c in candidates]
+    return Evaluated([outcomes[c.id] for c in survivors], unmatched)

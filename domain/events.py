@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +34,10 @@ _SUBJECT_KEYS = frozenset({"kind", "external_id", "title", "time_zone", "status"
                            "hierarchy", "fields", "forms"})
 
 JsonValue = Any  # what json.loads returns
+# PostgreSQL's text and jsonb cannot hold the NUL character: refused here, with its path,
+# rather than failing the statement that would store it.
+NUL = "\x00"
+NUL_REFUSED = "must not contain the NUL character (\\u0000)"
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,9 @@ class _Reader:
     def fail(self, path: str, message: str) -> None:
         self.problems.append(Problem(f"{self.prefix}{path}", message))
 
+    def failed_at(self, path: str) -> bool:
+        return any(p.path == f"{self.prefix}{path}" for p in self.problems)
+
     def text(self, obj: Mapping[str, Any], key: str, path: str, *, pattern: re.Pattern[str] | None = None,
              limit: int = TEXT_LIMIT, required: bool = False) -> str | None:
         if key not in obj or obj[key] is None:
@@ -108,6 +115,9 @@ class _Reader:
         value = obj[key]
         if not isinstance(value, str):
             self.fail(f"{path}{key}", f"must be a string, not {_json_type(value)}")
+            return None
+        if NUL in value:
+            self.fail(f"{path}{key}", NUL_REFUSED)
             return None
         if pattern is not None and not pattern.fullmatch(value):
             self.fail(f"{path}{key}", f"{value[:60]!r} must match {pattern.pattern}")
@@ -135,11 +145,31 @@ class _Reader:
                       f"is not a known property (expected one of {', '.join(sorted(allowed))})")
 
     def value(self, value: JsonValue, path: str) -> JsonValue:
-        if isinstance(value, float) and value != value:  # NaN never comes from JSON, but be sure
-            self.fail(path, "must be a JSON value")
+        # A host calling record_event may hand in any Python object: only what JSON holds is
+        # stored (a Decimal or a date would be written as a string and compare unequal later).
+        if not _is_json(value):
+            self.fail(path, "must be a JSON value (string, number, boolean, null, array, object) "
+                            f"without the NUL character, not {type(value).__name__}")
         elif len(repr(value)) > VALUE_LIMIT:
             self.fail(path, f"is larger than {VALUE_LIMIT} characters")
         return value
+
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def _is_json(value: object) -> bool:
+    if isinstance(value, str):
+        return NUL not in value
+    if isinstance(value, _SCALARS):
+        return True
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))  # no NaN or Infinity in JSON
+    if isinstance(value, list):
+        return all(_is_json(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and NUL not in key and _is_json(item) for key, item in value.items())
+    return False
 
 
 def _json_type(value: object) -> str:
@@ -160,15 +190,15 @@ def parse_event(body: object, prefix: str = "") -> tuple[EventIn | None, list[Pr
     """One event from its JSON, or every problem found in it (paths start with ``prefix``)."""
     r = _Reader(prefix)
     if not isinstance(body, dict):
-        r.fail("" if prefix else "$", f"an event must be a JSON object, not {_json_type(body)}")
-        return None, r.problems
+        where = prefix.rstrip(".") or "$"
+        return None, [Problem(where, f"an event must be a JSON object, not {_json_type(body)}")]
     r.unknown_keys(body, _EVENT_KEYS, "")
     product = r.text(body, "product", "", pattern=CODE, required=True)
     event_type = r.text(body, "type", "", required=True)
     if event_type is not None and event_type not in EVENT_TYPES:
         r.fail("type", f"must be one of {', '.join(EVENT_TYPES)}, not {event_type[:40]!r}")
     trigger = r.text(body, "trigger", "", pattern=TRIGGER)
-    if event_type == "updated" and trigger is None and "trigger" not in body:
+    if event_type == "updated" and trigger is None and not r.failed_at("trigger"):
         r.fail("trigger", "is required for an update (e.g. field_changed, status_changed, assigned)")
     if event_type == "created" and "trigger" in body:
         r.fail("trigger", "is for updates only: a created event has no trigger")
@@ -183,6 +213,9 @@ def parse_event(body: object, prefix: str = "") -> tuple[EventIn | None, list[Pr
     changes = _changes(r, r.mapping(body, "changes", ""))
     metadata = {key: r.value(value, f"metadata.{key}")
                 for key, value in r.mapping(body, "metadata", "").items()}
+    for key in metadata:
+        if NUL in key:
+            r.fail(f"metadata.{key[:40]}", NUL_REFUSED)
     if r.problems or product is None or event_type is None or subject is None:
         return None, r.problems
     return EventIn(product, event_type, trigger if event_type == "updated" else None, occurred_at,
@@ -213,7 +246,7 @@ def _subject(r: _Reader, body: object) -> SubjectIn | None:
     for level, code in r.mapping(body, "hierarchy", p).items():
         if not CODE.fullmatch(level):
             r.fail(f"subject.hierarchy.{level[:40]}", f"a level must match {CODE.pattern}")
-        elif not isinstance(code, str) or not code or len(code) > 200:
+        elif not isinstance(code, str) or not code or len(code) > 200 or NUL in code:
             r.fail(f"subject.hierarchy.{level}", "must be the code of a unit of that level (a string)")
         else:
             hierarchy[level] = code
@@ -262,10 +295,11 @@ def _changes(r: _Reader, raw: Mapping[str, Any]) -> dict[str, dict[str, JsonValu
     for fact, change in raw.items():
         if not isinstance(change, dict) or not set(change) <= {"from", "to"} or not change:
             r.fail(f"changes.{fact[:60]}", 'must be an object {"from": ..., "to": ...}')
-        elif len(fact) > 200:
-            r.fail(f"changes.{fact[:60]}", "a fact name is at most 200 characters")
+        elif len(fact) > 200 or NUL in fact:
+            r.fail(f"changes.{fact[:60]}", "a fact name is 1 to 200 characters, without NUL")
         else:
-            changes[fact] = {"from": change.get("from"), "to": change.get("to")}
+            changes[fact] = {"from": r.value(change.get("from"), f"changes.{fact}.from"),
+                             "to": r.value(change.get("to"), f"changes.{fact}.to")}
     return changes
 
 
@@ -310,11 +344,12 @@ def apply_event(state: SubjectState, event: EventIn) -> tuple[SubjectState, dict
     event sets whose value differs (explicit changes the host sent are kept, the register's
     diff wins where both name a fact); for a creation, what the host sent."""
     s = event.subject
-    fields = {**state.fields, **s.fields}
-    forms = {**state.forms, **s.forms}
-    hierarchy = {**state.hierarchy, **s.hierarchy}
-    after = replace(
-        state,
+    # Built directly, and a family merged only when the event sets some of it: this runs for
+    # every event of every batch.
+    fields = {**state.fields, **s.fields} if s.fields else state.fields
+    forms = {**state.forms, **s.forms} if s.forms else state.forms
+    hierarchy = {**state.hierarchy, **s.hierarchy} if s.hierarchy else state.hierarchy
+    after = SubjectState(
         title=state.title if s.title is None else s.title,
         status=state.status if s.status is None else s.status,
         time_zone=state.time_zone if s.time_zone is None else s.time_zone,

@@ -86,6 +86,8 @@ class RuleDefinition:
         # Asked for each candidate of every event: computed once per parsed definition.
         object.__setattr__(self, "_condition_facts", facts_to_load(self.conditions))
         object.__setattr__(self, "_filter_facts", facts_to_load(self.filters))
+        object.__setattr__(self, "_trigger_filter", json.dumps(
+            [self.trigger.subject_kind, dict(self.trigger.metadata)], sort_keys=True, default=str))
 
     def condition_facts(self) -> WantedFacts:
         facts: WantedFacts = self.__dict__["_condition_facts"]
@@ -94,6 +96,12 @@ class RuleDefinition:
     def filter_facts(self) -> WantedFacts:
         facts: WantedFacts = self.__dict__["_filter_facts"]
         return facts
+
+    def trigger_filter(self) -> str:
+        """Phase 2's test as a key (the subject kind and metadata wanted): rules with the
+        same key are kept or dropped together."""
+        key: str = self.__dict__["_trigger_filter"]
+        return key
 
 
 def parse_rule(data: object, template_check: TemplateCheck = check_with_sandbox,

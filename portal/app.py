@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.config.csrf import CSRFConfig
 from litestar.datastructures import CacheControlHeader, ResponseHeader, State
 from litestar.di import Provide
-from litestar.openapi import OpenAPIConfig
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
-from litestar.plugins.prometheus import PrometheusConfig
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from prometheus_client.registry import CollectorRegistry
@@ -25,8 +23,10 @@ from redis.asyncio import Redis as AsyncRedis
 from db.export_budget import ExportBudget
 from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
+from portal.http_latency import HttpLatency
 from portal.live import InboxListener
 from portal.metrics import WebCollector
+from portal.openapi import api_documentation
 from portal.ratelimit import ApiKeyRateLimit, LoginThrottle, PasswordChecks
 from portal.redaction import install_log_redaction
 from portal.routes import (
@@ -73,20 +73,12 @@ CONTENT_SECURITY_POLICY = (
 HSTS = "max-age=31536000"  # seconds: one year
 
 
-# Latency and counts by route template (/clients/{client_id}, never the raw path),
-# method and status: Litestar's own middleware, into the process's default registry. Left
-# out: the scrapes; unknown paths (404 probes), which have no template; and the live inbox
-# stream, open for minutes by design (tocsin_sse_connections counts those).
-HTTP_METRICS = PrometheusConfig(app_name="tocsin", prefix="tocsin_http", group_path=True,
-                                exclude_unhandled_paths=True, exclude=["^/metrics$", "^/inbox/stream$"])
-
-
 def create_app(
     settings: Settings | None = None, portal_settings: PortalSettings | None = None,
-    *, openapi: OpenAPIConfig | None = None,
+    *, describe_portal: bool = False,
 ) -> Litestar:
-    """The portal. `openapi` describes its routes for the fuzz tests (schemathesis); a
-    deployment serves no schema."""
+    """The portal. Its OpenAPI schema (portal.openapi, served at /schema) describes the
+    events API; with `describe_portal` the HTML routes as well, for the fuzz tests."""
     install_log_redaction()  # however the app is served: tokens in paths never reach a log
     # Read once for the process (uvicorn's factory mode passes nothing), then handed down:
     # handlers read request.app.state.settings (portal.settings.app_settings).
@@ -129,7 +121,7 @@ def create_app(
         idle_seconds=portal_settings.export_seconds,
     )
     return Litestar(
-        route_handlers=[
+        route_handlers=[Router("/", include_in_schema=describe_portal, route_handlers=[
             login.login_page, login.login, login.logout,
             inbox.inbox, inbox.older_notifications, inbox.newer_notifications, inbox.unread_badge,
             inbox.change_notification, inbox.read_everything, live.inbox_stream,
@@ -139,15 +131,15 @@ def create_app(
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
-            *preferences.ROUTES, *unsubscribe.ROUTES, events_api.router,
+            *preferences.ROUTES, *unsubscribe.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
             ),
-        ],
+        ]), events_api.router],
         guards=[requires_login],
         dependencies={"viewer": Provide(provide_viewer, sync_to_thread=False)},
-        middleware=[HTTP_METRICS.middleware,
+        middleware=[HttpLatency,  # first: it sees the status the exception handlers chose
                     session_config(secure=portal_settings.secure_cookies,
                                    idle_seconds=settings.session_idle_seconds).middleware],
         state=State({"settings": settings, "portal_settings": portal_settings,
@@ -187,6 +179,6 @@ def create_app(
             ResponseHeader(name="Referrer-Policy", value="same-origin"),
             *secure_headers,
         ],
-        openapi_config=openapi,
+        openapi_config=api_documentation(describe_portal=describe_portal),
         debug=False,
     )

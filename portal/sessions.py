@@ -12,7 +12,10 @@ What Litestar's server-side backend does not do, and this one does:
 - an index of each user's session ids, so sign-out and deactivation end all of them;
 - a request that loaded a session only ever extends the existing key (EXPIRE / SET XX, both
   atomic no-ops on a missing key): a request in flight during sign-out cannot bring the
-  session back.
+  session back;
+- the idle lifetime slides in steps (refresh_step): a read (GET) whose session was refreshed
+  less than a step ago sends no EXPIRE and no Set-Cookie. Polling pages ask every few
+  seconds, and that write and that cookie were a fifth of the badge's cost.
 """
 
 from __future__ import annotations
@@ -40,10 +43,23 @@ from tocsin.signing_keys import KeyRing, Purpose
 SESSION_COOKIE = "tocsin_session"
 SESSION_ID_BYTES = 32  # random bytes of a session id
 _ROTATE = "tocsin.rotate_session"  # connection-state flag set by start_session
-_LOADED = "tocsin.loaded_session"  # connection state: (id, data) of the session this request loaded
+_LOADED = "tocsin.loaded_session"  # connection state: the LoadedSession this request read
+MAX_REFRESH_STEP_SECONDS = 60  # seconds; an idle session may end this much early, at most
+# Requests that may skip a refresh not yet due: reads, which polling pages repeat. An action
+# always writes back, so its answer says (with an expired cookie) when the session ended
+# while it ran.
+_READS = frozenset({"GET", "HEAD"})
 STORE = "session_store"  # app-state key of the SessionStore
 
 AnyConnection = ASGIConnection[Any, Any, Any, Any]
+
+
+@dataclass(frozen=True)
+class LoadedSession:
+    session_id: str
+    data: dict[str, Any]
+    ttl_seconds: int  # what Redis had left of the key's lifetime when it was read
+    signed_with_current_key: bool  # else its cookie is signed anew, refresh due or not
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,9 @@ class SessionStore:
         self.keys = keys
         self.idle_seconds = idle_seconds  # seconds of inactivity after which a session ends
         self.absolute_seconds = absolute_seconds  # seconds after sign-in when it ends regardless
+        # seconds: a session is refreshed once its key has this much less left than a refresh
+        # would give it; a tenth of the idle lifetime, so a short one still slides.
+        self.refresh_step = min(MAX_REFRESH_STEP_SECONDS, idle_seconds // 10)
 
     def _key(self, session_id: str) -> str:
         return f"{self.prefix}:{session_id}"
@@ -76,14 +95,16 @@ class SessionStore:
     def cookie_value(self, session_id: str) -> str:
         return f"{session_id}.{self._mac(self.keys.current, session_id)}"
 
-    def verified_id(self, cookie: str | None) -> str | None:
-        """The session id a cookie carries, if one of our keys signed it."""
+    def verified_id(self, cookie: str | None) -> tuple[str, bool] | None:
+        """The session id a cookie carries, if one of our keys signed it, and whether that
+        was the current key (a cookie signed with a previous one is signed anew)."""
         if not cookie or cookie.count(".") != 1 or len(cookie) > 200:
             return None
         session_id, mac = cookie.split(".")
-        if not any(hmac.compare_digest(mac, self._mac(key, session_id)) for key in self.keys.verifying):
-            return None
-        return session_id
+        for key in self.keys.verifying:
+            if hmac.compare_digest(mac, self._mac(key, session_id)):
+                return session_id, key == self.keys.current
+        return None
 
     def _ttl(self, data: dict[str, Any], now: float) -> int:
         """Seconds this session may live from now: the idle lifetime, never past the absolute."""
@@ -91,8 +112,11 @@ class SessionStore:
         left = (float(started) + self.absolute_seconds - now) if isinstance(started, int | float) else 0
         return int(min(self.idle_seconds, left))
 
-    async def load(self, session_id: str) -> dict[str, Any] | None:
-        raw = await self.redis.get(self._key(session_id))
+    async def load(self, session_id: str, *, signed_with_current_key: bool) -> LoadedSession | None:
+        async with self.redis.pipeline(transaction=False) as pipe:  # one round trip
+            pipe.get(self._key(session_id))
+            pipe.ttl(self._key(session_id))
+            raw, ttl = await pipe.execute()
         if raw is None:
             return None
         try:
@@ -102,7 +126,7 @@ class SessionStore:
         if not isinstance(data, dict) or self._ttl(data, time.time()) <= 0:
             await self.redis.delete(self._key(session_id))
             return None
-        return data
+        return LoadedSession(session_id, data, int(ttl), signed_with_current_key)
 
     async def create(self, data: dict[str, Any]) -> tuple[str, int]:
         """A new session for a sign-in: its id and its lifetime in seconds."""
@@ -117,17 +141,26 @@ class SessionStore:
             await pipe.execute()
         return session_id, ttl
 
-    async def refresh(self, session_id: str, loaded: dict[str, Any], data: dict[str, Any]) -> int | None:
+    def is_fresh(self, loaded: LoadedSession, data: dict[str, Any]) -> bool:
+        """Nothing to write back: the handler left the session as it was, its cookie is
+        signed with the current key, and its key has no more than a refresh would give it and
+        less than a step short of that (so the cookie, refreshed with the key, matches too)."""
+        wanted = self._ttl(loaded.data, time.time())
+        return (data == loaded.data and loaded.signed_with_current_key
+                and wanted - self.refresh_step <= loaded.ttl_seconds <= wanted)
+
+    async def refresh(self, loaded: LoadedSession, data: dict[str, Any]) -> int | None:
         """Slide the idle lifetime (never past the absolute one) of a session that still
         exists; None if it has ended meanwhile (signed out by another request)."""
-        ttl = self._ttl(loaded, time.time())
+        ttl = self._ttl(loaded.data, time.time())
         if ttl <= 0:
             return None
-        if data == loaded:
-            kept = bool(await self.redis.expire(self._key(session_id), ttl))
+        key = self._key(loaded.session_id)
+        if data == loaded.data:
+            kept = bool(await self.redis.expire(key, ttl))
         else:  # the handler changed what the session holds: replace it, only if it exists
-            replaced = json.dumps({**data, "started": loaded["started"]})
-            kept = bool(await self.redis.set(self._key(session_id), replaced, ex=ttl, xx=True))
+            replaced = json.dumps({**data, "started": loaded.data["started"]})
+            kept = bool(await self.redis.set(key, replaced, ex=ttl, xx=True))
         return ttl if kept else None
 
     async def delete(self, session_id: str) -> None:
@@ -177,35 +210,39 @@ def session_identity(connection: AnyConnection) -> SessionIdentity | None:
 class SignedSessionBackend(ServerSideSessionBackend):
     async def load_from_connection(self, connection: AnyConnection) -> dict[str, Any]:
         store = session_store(connection)
-        session_id = store.verified_id(connection.cookies.get(self.config.key))
-        if session_id is None:
+        verified = store.verified_id(connection.cookies.get(self.config.key))
+        if verified is None:
             return {}
-        data = await store.load(session_id)
-        if data is None:
+        loaded = await store.load(verified[0], signed_with_current_key=verified[1])
+        if loaded is None:
             return {}
-        connection.state[_LOADED] = (session_id, data)
-        return dict(data)
+        connection.state[_LOADED] = loaded
+        return dict(loaded.data)
 
     async def store_in_message(
         self, scope_session: ScopeSession, message: Message, connection: AnyConnection
     ) -> None:
         store = session_store(connection)
+        loaded: LoadedSession | None = connection.state.get(_LOADED)
+        if (loaded is not None and connection.scope.get("method") in _READS
+                and isinstance(scope_session, dict) and scope_session
+                and not connection.state.get(_ROTATE) and store.is_fresh(loaded, scope_session)):
+            return  # the key and the cookie were refreshed less than a step ago
         headers = MutableScopeHeaders.from_message(message)
-        loaded: tuple[str, dict[str, Any]] | None = connection.state.get(_LOADED)
         presented = connection.cookies.get(self.config.key) not in (None, "", "null")
         if scope_session is Empty or not isinstance(scope_session, dict) or not scope_session:
             if loaded is not None:
-                await store.delete(loaded[0])
+                await store.delete(loaded.session_id)
             if presented:
                 headers.add("Set-Cookie", self._cookie("null", expires=0))
             return
         if connection.state.get(_ROTATE) or loaded is None:
             if loaded is not None:
-                await store.delete(loaded[0])
+                await store.delete(loaded.session_id)
             session_id, ttl = await store.create(dict(scope_session))
         else:
-            session_id = loaded[0]
-            refreshed = await store.refresh(session_id, loaded[1], dict(scope_session))
+            session_id = loaded.session_id
+            refreshed = await store.refresh(loaded, dict(scope_session))
             if refreshed is None:  # signed out while this request ran: it stays signed out
                 headers.add("Set-Cookie", self._cookie("null", expires=0))
                 return

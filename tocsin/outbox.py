@@ -16,11 +16,11 @@ The event is the same JSON the events API takes (see README, "Sending events"). 
 relay finds the committed row by polling (no wake-up is sent from a host's process).
 
 The table contract, for a host that cannot call Python: within its transaction, a host may
-instead insert into ``"tenant_<slug>".events`` (product, subject_id, event_type,
-trigger_type, changes, metadata, occurred_at, source='host') for a subject it has placed in
-``subjects`` itself; rows start ``pending`` and the relay claims them by status and lease.
-Calling record_event is preferred: it also keeps the subject register and the changes of an
-update (the register's diff) right.
+instead insert into ``"t_<slug>".events`` (the slug's hyphens as underscores; product,
+subject_id, event_type, trigger_type, changes, metadata, occurred_at, source='host') for a
+subject it has placed in ``subjects`` itself; rows start ``pending`` and the relay claims
+them by status and lease. Calling record_event is preferred: it also keeps the subject
+register and the changes of an update (the register's diff) right.
 """
 
 from __future__ import annotations

@@ -12,13 +12,13 @@ under the same key is refused (422).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import secrets
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio.to_thread
+import msgspec
 from litestar import Request, Response, Router, post
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, ValidationException
@@ -34,7 +34,7 @@ from db.events import record_events
 from db.tenancy import tenant_tx
 from domain.errors import Busy, InvalidInput, NotFound
 from domain.events import BATCH_LIMIT, EventIn, InvalidEvents, Problem, parse_batch, parse_event
-from portal.auth import PUBLIC
+from portal.auth import PUBLIC, UnknownParameter
 from portal.ratelimit import ApiKeyRateLimit
 
 log = logging.getLogger("tocsin.events_api")
@@ -102,8 +102,10 @@ async def requires_api_key(connection: ASGIConnection[Any, Any, Any, Any], handl
 
 
 def _request_hash(path: str, data: object) -> str:
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(f"{path}\n{canonical}".encode()).hexdigest()
+    """The request as JSON with sorted keys: the same request however its JSON was spaced
+    or ordered. Encoded by msgspec, in C (a batch of 500 events took json.dumps ~10 ms)."""
+    canonical = msgspec.json.encode(data, order="sorted")
+    return hashlib.sha256(path.encode() + b"\n" + canonical).hexdigest()
 
 
 def _answer(request: Request[Any, Any, Any], data: object, events: list[EventIn], prefixes: list[str],
@@ -114,7 +116,8 @@ def _answer(request: Request[Any, Any, Any], data: object, events: list[EventIn]
     limit: ApiKeyRateLimit = request.app.state[RATE_LIMIT]
     limit.spend(caller.id, len(events))
 
-    request_hash = _request_hash(request.url.path, data)
+    # Only a request that may be repeated needs its fingerprint.
+    request_hash = "" if idempotency_key is None else _request_hash(request.url.path, data)
     # One transaction: the idempotency record, the subject register and the event rows.
     with tenant_tx(caller.tenant_slug) as tx:
         answer = answer_once(tx, caller.id, idempotency_key, request_hash,
@@ -182,6 +185,8 @@ def api_error(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[
     """Every error of the events API, as JSON (never the portal's HTML pages)."""
     if isinstance(exc, KeyRefused):
         return _error(401, "unauthorized", str(exc), {"WWW-Authenticate": 'Bearer realm="tocsin"'})
+    if isinstance(exc, UnknownParameter):  # the portal's app-wide guard, before the key's
+        return _error(400, "bad_request", f"unknown query parameter: {exc}")
     if isinstance(exc, InvalidEvents):
         return _error(422, "invalid", str(exc), problems=exc.problems)
     if isinstance(exc, InvalidInput):

@@ -28,6 +28,7 @@ from db.evidence import (
 )
 from db.export_budget import ExportBudget, ExportSlot
 from db.inbox import unread_count
+from db.rules import list_rules
 from db.runs import last_runs
 from db.tenancy import tenant_tx
 from domain.errors import InvalidInput, NotFound
@@ -104,13 +105,14 @@ def ledger(
         rows, more = ledger_page(tx, filters, after)
         attempts = attempts_for(tx, [r.id for r in rows])
         unread = unread_count(tx, viewer.user.id)
+        rules = list_rules(tx)
     form = _form(filters)
     query = [(name, value) for name, value in form.items() if value]
     return Template(
         "ledger.html",
         context={"viewer": viewer, "unread": unread, "section": "evidence", "rows": rows,
                  "attempts": attempts, "more": more, "form": form, "query": query, "paged": after is not None,
-                 "statuses": STATUS_LABELS},
+                 "statuses": STATUS_LABELS, "rules": rules},
     )
 
 

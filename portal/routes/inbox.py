@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import get, post
+from litestar import Request, get, post
 from litestar.params import FromPath, QueryParameter
 from litestar.plugins.htmx import HTMXRequest
 from litestar.response import Redirect, Template
@@ -31,7 +31,7 @@ from db.inbox import (
 )
 from db.tenancy import TenantTx, tenant_tx
 from domain.errors import InvalidInput, NotFound
-from portal.auth import CurrentViewer, Viewer
+from portal.auth import VIEWER_IN_HANDLER, CurrentViewer, Viewer, viewer_tx
 
 CreatedAt = Annotated[datetime | None, QueryParameter(name="created_at", required=False)]
 CursorId = Annotated[int | None, QueryParameter(name="id", required=False, ge=1)]
@@ -108,9 +108,11 @@ def newer_notifications(
     })
 
 
-@get("/inbox/badge", sync_to_thread=True)
-def unread_badge(viewer: CurrentViewer) -> Template:
-    with tenant_tx(viewer.tenant.slug) as tx:
+@get("/inbox/badge", opt={VIEWER_IN_HANDLER: True}, sync_to_thread=True)
+def unread_badge(request: Request[Any, Any, Any]) -> Template:
+    """Asked by every open page every INBOX_POLL_SECONDS: the viewer and the count are read
+    in one transaction, on one worker thread (portal.auth.VIEWER_IN_HANDLER)."""
+    with viewer_tx(request) as (viewer, tx):
         unread = unread_count(tx, viewer.user.id)
     return Template("_badge.html", context={"unread": unread})
 

@@ -7,15 +7,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from litestar.openapi import OpenAPIConfig
-
 from portal.app import create_app
 from tests.fuzz.client import SKIPPED_ROUTES
 
 
 @cache
 def openapi_schema() -> dict[str, Any]:
-    app = create_app(openapi=OpenAPIConfig(title="Tocsin portal", version="0"))
+    app = create_app(describe_portal=True)
     schema: dict[str, Any] = app.openapi_schema.to_schema()
     return schema
 
@@ -30,10 +28,12 @@ class Operation:
 
 
 def operations() -> list[Operation]:
+    """The portal's HTML routes, with what each takes in its path, query and form."""
     found = []
     for path, methods in openapi_schema()["paths"].items():
         for method, spec in methods.items():
-            if (method.upper(), path) in SKIPPED_ROUTES:
+            # The events API takes JSON, not forms: test_openapi_fuzz sends it generated bodies.
+            if (method.upper(), path) in SKIPPED_ROUTES or path.startswith("/api/"):
                 continue
             params = spec.get("parameters", [])
             body = (spec.get("requestBody") or {}).get("content", {})

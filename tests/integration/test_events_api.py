@@ -98,6 +98,16 @@ def test_a_body_that_is_not_json_is_a_bad_request(api: ApiClient, desk: Desk, ke
     assert response.json()["error"] == "bad_request"
 
 
+def test_a_query_parameter_the_api_does_not_take_is_a_bad_request(
+        api: ApiClient, desk: Desk, key: str) -> None:
+    # With or without a key: the portal's check of query parameters runs first.
+    for headers in (bearer(key), {}):
+        response = api.post("/api/v1/events?page=2", headers=headers, json=case_event())
+        assert response.status_code == 400
+        assert response.json() == {"error": "bad_request", "message": "unknown query parameter: page"}
+    assert events_of(desk.tenant) == []
+
+
 def test_invalid_events_are_refused_naming_each_path(api: ApiClient, desk: Desk, key: str) -> None:
     event = case_event(assignees=["not an email"], colour="blue")
     event["type"] = "deleted"
@@ -106,6 +116,28 @@ def test_invalid_events_are_refused_naming_each_path(api: ApiClient, desk: Desk,
     assert response.status_code == 422
     paths = {p["path"] for p in response.json()["problems"]}
     assert paths == {"type", "subject.kind", "subject.assignees[0]", "subject.colour"}
+    assert events_of(desk.tenant) == []
+
+
+def test_an_update_without_a_trigger_is_refused_even_as_null(api: ApiClient, desk: Desk, key: str) -> None:
+    without = case_event("C-1", "updated")
+    del without["trigger"]
+    for event in (without, {**without, "trigger": None}):
+        response = api.post("/api/v1/events", headers=bearer(key), json=event)
+        assert response.status_code == 422, response.text
+        assert [p["path"] for p in response.json()["problems"]] == ["trigger"]
+    assert events_of(desk.tenant) == []
+
+
+def test_the_nul_character_postgresql_cannot_store_is_refused_naming_each_path(
+        api: ApiClient, desk: Desk, key: str) -> None:
+    event = case_event("C-1", title="Card\x00fraud", fields={"note": ["a\x00b"]},
+                       hierarchy={"region": "north\x00"})
+    event["metadata"] = {"k\x00": 1}
+    response = api.post("/api/v1/events", headers=bearer(key), json=event)
+    assert response.status_code == 422, response.text
+    assert sorted(p["path"] for p in response.json()["problems"]) == [
+        "metadata.k\x00", "subject.fields.note", "subject.hierarchy.region", "subject.title"]
     assert events_of(desk.tenant) == []
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import date
+from decimal import Decimal
+
 import psycopg
 import pytest
 from psycopg.rows import dict_row
@@ -65,6 +68,20 @@ def test_an_invalid_event_is_refused_and_leaves_the_host_transaction_usable(desk
     assert events_of(desk.tenant) == []
 
 
+def test_a_host_value_json_cannot_hold_is_refused_naming_its_path(desk: Desk) -> None:
+    event = case_event("C-1", fields={"amount": Decimal("1500000.00"), "seen": [date(2024, 5, 1)]},
+                       forms={"intake": {"ratio": float("nan")}})
+    event["metadata"] = {"ok": {"nested": [1, "two", None, True, 2.5]}}
+    with host_connection() as conn:
+        with pytest.raises(InvalidEvents) as refused:
+            record_event(conn, desk.tenant.slug, event)
+        conn.rollback()
+    assert sorted(p.path for p in refused.value.problems) == [
+        "subject.fields.amount", "subject.fields.seen", "subject.forms.intake.ratio"]
+    assert "not Decimal" in str(refused.value)
+    assert events_of(desk.tenant) == []
+
+
 def parsed(event: dict[str, object]) -> list:  # type: ignore[type-arg]
     value, problems = parse_event(event)
     assert value is not None, problems
@@ -109,3 +126,42 @@ def test_events_of_one_subject_in_one_batch_see_each_other(desk: Desk) -> None:
     assert [e["changes"] for e in events_of(desk.tenant)] == [
         {}, {"field.amount": {"from": 1, "to": 2}}, {"field.amount": {"from": 2, "to": 3}}]
     assert stored == [(3,)]
+
+
+def test_a_batch_of_new_and_known_subjects_leaves_each_as_its_events_say(desk: Desk) -> None:
+    # A subject first seen in a batch is written by its INSERT alone; a known one is updated.
+    known = case_event("C-1", title="Known", status="open", assignees=[desk.ana], fields={"amount": 1})
+    with tenant_tx(desk.tenant.slug) as tx:
+        record_events(tx, parsed(known), "cli")
+    batch = [*parsed(case_event("C-2", title="New", status="escalated", time_zone="Europe/Paris",
+                                assignees=[desk.ben], hierarchy={"region": "north"},
+                                fields={"amount": 7, "note": None}, forms={"intake": {"q1": None}})),
+             *parsed(case_event("C-1", "updated", status="closed", assignees=[desk.ben],
+                                fields={"amount": 2, "currency": "EUR", "note": None})),
+             *parsed(case_event("C-2", "updated", fields={"amount": 8}))]
+    with tenant_tx(desk.tenant.slug) as tx:
+        record_events(tx, batch, "cli")
+        subjects = tx.conn.execute(
+            "SELECT s.external_id, s.title, s.status, s.time_zone, s.assigned_at IS NOT NULL, "
+            "array_agg(u.email ORDER BY u.email) FROM subjects s "
+            "JOIN subject_assignees a ON a.subject_id = s.id JOIN users u ON u.id = a.user_id "
+            "GROUP BY s.id ORDER BY s.external_id").fetchall()
+        fields = tx.conn.execute("SELECT s.external_id, f.name, f.value FROM subject_fields f "
+                                 "JOIN subjects s ON s.id = f.subject_id ORDER BY 1, 2").fetchall()
+        answers = tx.conn.execute("SELECT form, field, value FROM subject_form_answers").fetchall()
+        levels = tx.conn.execute("SELECT h.level, u.code FROM subject_hierarchy h "
+                                 "JOIN hierarchy_units u ON u.id = h.unit_id").fetchall()
+    assert subjects == [("C-1", "Known", "closed", None, True, [desk.ben]),
+                        ("C-2", "New", "escalated", "Europe/Paris", True, [desk.ben])]
+    # a null value is stored as JSON null, on a new subject and a known one alike
+    assert fields == [("C-1", "amount", 2), ("C-1", "currency", "EUR"), ("C-1", "note", None),
+                      ("C-2", "amount", 8), ("C-2", "note", None)]
+    assert answers == [("intake", "q1", None)]
+    assert levels == [("region", "north")]
+    assert [e["changes"] for e in events_of(desk.tenant)][1:] == [
+        {},
+        {"subject.status": {"from": "open", "to": "closed"},
+         "subject.assignees": {"from": [desk.ana], "to": [desk.ben]},
+         "field.amount": {"from": 1, "to": 2}, "field.currency": {"from": None, "to": "EUR"}},
+        {"field.amount": {"from": 7, "to": 8}},
+    ]

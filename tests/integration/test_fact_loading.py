@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from db.facts import load_all_facts, load_facts, load_subject_facts
+from db.facts import (
+    load_all_facts,
+    load_all_facts_of_subjects,
+    load_facts,
+    load_facts_of_subjects,
+    load_subject_facts,
+)
 from db.tenancy import Tenant, TenantTx, tenant_tx
 from db.users import create_user
 from domain.conditions import WantedFacts
@@ -25,6 +31,9 @@ class CountingConnection:
     def execute(self, query: str, params: Any = None) -> Any:
         self.statements.append(query)
         return self.conn.execute(query, params)
+
+    def pipeline(self) -> Any:
+        return self.conn.pipeline()
 
 
 @pytest.fixture
@@ -107,3 +116,33 @@ def test_the_subject_row_facts_include_sorted_assignees(tenant: Tenant) -> None:
     assert facts == {"subject.kind": "case", "subject.status": "open", "subject.title": "Subject C-9",
                      "subject.external_id": "C-9",
                      "subject.assignees": ["ana@example.com", "zoe@example.com"]}
+
+
+def test_a_batch_of_subjects_is_loaded_in_one_query_per_family_asked(tenant: Tenant, subject: int) -> None:
+    other = add_subject(tenant, external_id="C-2", fields={"f1": "other", "f2": 2},
+                        forms={"intake": {"q1": "other"}}, hierarchy={"region": "south"})
+    wanted = {
+        subject: WantedFacts(frozenset({"f1", "label", "nope"}), frozenset({("exit", "q1")})),
+        other: WantedFacts(frozenset({"f2"}), frozenset({("intake", "q1"), ("intake", "q9")})),
+    }
+    with tenant_tx(tenant.slug) as tx:
+        counting_tx, counter = counted(tx)
+        facts = load_facts_of_subjects(counting_tx, wanted)
+        one_by_one = {s: load_facts(tx, s, w) for s, w in wanted.items()}
+    # Two families asked (no hierarchy), whatever the number of subjects.
+    assert len(counter.statements) == 2
+    assert "subject_fields" in counter.statements[0] and "subject_form_answers" in counter.statements[1]
+    assert facts == one_by_one
+    assert facts[other] == {"field.f2": 2, "form.intake.q1": "other"}
+    assert facts[subject] == {"field.f1": 1, "field.label": "urgent", "form.exit.q1": "no"}
+
+
+def test_a_batch_asking_nothing_queries_nothing_and_everything_matches_one_by_one(
+        tenant: Tenant, subject: int) -> None:
+    other = add_subject(tenant, external_id="C-3", fields={"f1": "x"}, hierarchy={"region": "south"})
+    with tenant_tx(tenant.slug) as tx:
+        counting_tx, counter = counted(tx)
+        assert load_facts_of_subjects(counting_tx, {subject: WantedFacts()}) == {subject: {}}
+        assert counter.statements == []
+        everything = load_all_facts_of_subjects(tx, [subject, other])
+        assert everything == {subject: load_all_facts(tx, subject), other: load_all_facts(tx, other)}

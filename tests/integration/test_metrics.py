@@ -150,12 +150,14 @@ def test_the_web_reports_queues_deliveries_run_ages_and_latency_by_route_templat
     assert kinds == {k.value for k in RunKind}
     assert value(samples, "tocsin_tenants_active") >= 1
     assert value(samples, "tocsin_sse_connections") == 0
-    paths = {s.labels["path"] for s in samples if s.name == "tocsin_http_requests_total"}
-    assert "/clients/{client_id}" in paths
-    assert "/healthz" in paths  # the stack waited on it
-    assert not any("424242" in p for p in paths)
-    assert "/metrics" not in paths  # scrapes are not counted
-    assert "/inbox/stream" not in paths  # open for minutes by design: counted as SSE connections
+    timed = {(s.labels["method"], s.labels["route"], s.labels["status"])
+             for s in samples if s.name == "tocsin_http_request_duration_seconds_count"}
+    routes = {route for _, route, _ in timed}
+    assert ("GET", "/clients/{client_id}", "303") in timed  # not signed in: sent to sign in
+    assert ("GET", "/healthz", "200") in timed  # the stack waited on it
+    assert not any("424242" in r for r in routes)
+    assert "/metrics" not in routes  # scrapes are not counted
+    assert "/inbox/stream" not in routes  # open for minutes by design: counted as SSE connections
 
 
 def test_no_label_names_a_tenant_and_every_label_has_few_values(running: Running) -> None:

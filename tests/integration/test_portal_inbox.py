@@ -8,6 +8,7 @@ import re
 
 from db.inbox import add_to_inbox
 from db.tenancy import tenant_tx
+from portal.sessions import SESSION_COOKIE
 from tests.integration.builders import scalar
 from tests.integration.portal_support import (
     HTMX,
@@ -164,6 +165,21 @@ def test_the_badge_counts_only_the_readers_unread_unarchived_notices(
     assert badge.status_code == 200 and badge_count(badge.text) == 4
     assert "<html" not in badge.text  # a fragment, not a page
 
+
+
+def test_the_badge_of_a_user_deactivated_since_their_last_request_ends_their_session(
+    portal: PortalClient, people: People
+) -> None:
+    # The badge reads the viewer in its own transaction (VIEWER_IN_HANDLER), not the guard's.
+    signed_in(portal, people, people.admin)
+    with tenant_tx(people.tenant.slug) as tx:  # behind the portal's back: no session is ended
+        tx.conn.execute("UPDATE users SET deactivated_at = now() WHERE id = %s", [people.admin.id])
+
+    badge = portal.get("/inbox/badge", headers=HTMX)
+
+    assert badge.status_code == 401 and badge.headers["HX-Redirect"] == "/login"
+    assert "count" not in badge.text
+    assert not portal.cookies.get(SESSION_COOKIE)  # expired by the answer, its Redis key deleted
 
 def test_each_notification_links_to_what_it_is_about(portal: PortalClient, people: People) -> None:
     html = signed_in(portal, people, people.admin)

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from actors.relay import breaker, evaluate_events, relay_tick
+from actors.relay import breaker, relay_tenant, relay_tick
+from db.evaluations import evaluate_claimed
 from db.relay import claim_events, tenants_with_ready_events
 from db.rules import create_rule
 from db.tenancy import Tenant, tenant_tx
@@ -91,18 +92,29 @@ def test_a_host_transaction_that_rolls_back_leaves_no_event(tenant: Tenant) -> N
     assert _count(tenant, "SELECT count(*) FROM subjects") == 0
 
 
-def test_a_batch_evaluated_three_times_claims_and_notifies_once(
+def test_the_evaluation_message_delivered_three_times_claims_and_notifies_once(
         tenant: Tenant, worker: RunningWorker) -> None:
     _desk_with_rule(tenant)
     event_id = _host_event(tenant, "C-3", 3_000_000)
-    with tenant_tx(tenant.slug) as tx:
-        batch = claim_events(tx, limit=10, lease_seconds=60, max_attempts=5)
-    assert batch.event_ids == [event_id]
     for _ in range(3):
-        evaluate_events.send(tenant.slug, batch.event_ids)
+        relay_tenant.send(tenant.slug)
     worker.drain()
     assert _count(tenant, "SELECT count(*) FROM notification_ledger WHERE event_id = %s", [event_id]) == 1
     assert _notices(tenant) == 1
+
+
+def test_a_batch_evaluated_again_after_its_lease_ran_out_claims_nothing_more(tenant: Tenant) -> None:
+    """A worker evaluates a batch, commits, and its lease runs out before anything else is
+    recorded (or a slow first worker and a reclaiming second one overlap): evaluating the
+    same events again claims nothing more. The ledger's unique key is what guarantees it."""
+    _desk_with_rule(tenant)
+    event_id = _host_event(tenant, "C-5", 3_000_000)
+    for _ in range(3):
+        with tenant_tx(tenant.slug) as tx:
+            tx.conn.execute("UPDATE events SET status = 'processing', lease_until = now() "
+                            "WHERE id = %s", [event_id])
+            evaluate_claimed(tx, [event_id])
+    assert _count(tenant, "SELECT count(*) FROM notification_ledger WHERE event_id = %s", [event_id]) == 1
 
 
 def test_the_claim_is_by_status_and_lease_one_batch_in_flight_per_tenant(tenant: Tenant) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from db.rules import (
     candidate_rules,
+    candidate_rules_of,
     create_rule,
     export_rules,
     get_rule,
@@ -165,3 +166,20 @@ def test_phase_one_selects_enabled_rules_of_the_product_kind_and_trigger_type(te
         fresh = candidate_rules(tx, "fraud", "updated", "assigned")
     assert [(c.id, c.version) for c in fresh] == [(assigned, 2), (both, 1), (disabled, 2)]
     assert fresh[0].definition.conditions == {"all": [{"fact": "field.x", "op": "empty"}]}
+
+
+def test_phase_one_for_a_batchs_keys_in_one_statement_matches_one_key_at_a_time(tenant: Tenant) -> None:
+    add_product(tenant)
+    create(tenant, rule_json(name="created"))
+    create(tenant, update_rule_json("assigned", ["assigned"]))
+    create(tenant, update_rule_json("both", ["assigned", "status_changed"]))
+    keys = [("fraud", "updated", "assigned"), ("fraud", "created", None),
+            ("fraud", "updated", "form_submitted"), ("fraud", "updated", "assigned")]
+    with tenant_tx(tenant.slug) as tx:
+        together = candidate_rules_of(tx, keys)
+        apart = {k: candidate_rules(tx, *k) for k in keys}
+    assert list(together) == list(dict.fromkeys(keys))
+    assert {k: [(c.id, c.version) for c in v] for k, v in together.items()} == {
+        k: [(c.id, c.version) for c in v] for k, v in apart.items()}
+    assert len(together[("fraud", "updated", "assigned")]) == 2
+    assert together[("fraud", "updated", "form_submitted")] == []

@@ -19,7 +19,7 @@ import redis
 from litestar.testing import TestClient
 
 from portal.app import HSTS, create_app
-from portal.sessions import SESSION_COOKIE
+from portal.sessions import MAX_REFRESH_STEP_SECONDS, SESSION_COOKIE
 from tests.integration.builders import scalar
 from tests.integration.conftest import WAIT_LIMIT
 from tests.integration.portal_support import (
@@ -74,6 +74,27 @@ def test_the_absolute_lifetime_bounds_the_sliding_refresh_and_then_ends_the_sess
     assert portal.get("/", follow_redirects=False).status_code == 303
     assert not store.exists(key)
 
+
+
+def test_a_read_within_the_refresh_step_writes_nothing_back_and_a_later_one_slides_the_session(
+    portal: PortalClient, people: People, store: redis.Redis
+) -> None:
+    idle = load_settings().session_idle_seconds
+    step = min(MAX_REFRESH_STEP_SECONDS, idle // 10)
+    sign_in(portal, people.tenant.slug, people.client_user.email)
+    key = _key(portal)
+
+    fresh = portal.get("/", follow_redirects=False)  # right after sign-in: nothing is due
+
+    assert fresh.status_code == 200
+    assert not any(c.startswith(SESSION_COOKIE) for c in fresh.headers.get_list("set-cookie"))
+    store.expire(key, idle - step - 5)  # as if the last refresh was a step and 5 s ago
+
+    due = portal.get("/", follow_redirects=False)
+
+    cookie = next(c for c in due.headers.get_list("set-cookie") if c.startswith(SESSION_COOKIE))
+    assert idle - 5 <= int(cookie.split("Max-Age=")[1].split(";")[0]) <= idle
+    assert idle - 5 <= store.ttl(key) <= idle
 
 def test_signing_out_ends_every_session_of_that_user(people: People, store: redis.Redis) -> None:
     with TestClient(app=create_app()) as laptop, TestClient(app=create_app()) as phone:

@@ -6,8 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from domain.conditions import WantedFacts
-from domain.evaluation import Candidate, EventFacts, Phase, evaluate_event
+from domain.conditions import SEEN_MAX, WantedFacts
+from domain.evaluation import (
+    Candidate,
+    Evaluated,
+    EventFacts,
+    Phase,
+    TriggerIndex,
+    evaluate_event,
+    evaluation,
+)
 from domain.rules import parse_rule
 
 STORED: dict[str, object] = {
@@ -153,3 +161,45 @@ def test_a_rule_already_failing_on_the_facts_at_hand_loads_nothing() -> None:
         "result": False, "missing": True,
         "reason": "not loaded: the facts at hand already decide the result"}
     assert second.fired and second.conditions[1].seen == "north"
+
+
+def test_a_batch_driver_gets_the_same_outcomes_and_a_compact_trace() -> None:
+    """The generator form (what db/evaluations drives for a whole batch) yields what each
+    phase wants, and its stored trace groups phase 2's drops by reason."""
+    candidates = [
+        rule(1, trigger={"types": ["form_submitted"], "metadata": {"form": "exit"}}),
+        rule(2, trigger={"types": ["form_submitted"], "metadata": {"form": "intake"}},
+             conditions=[{"fact": "form.intake.q1", "op": "equals", "value": "yes"}],
+             filters=[{"fact": "hierarchy.region", "op": "equals", "value": "north"}]),
+        rule(3, trigger={"types": ["form_submitted"], "metadata": {"form": "appeal"}}),
+        rule(4, trigger={"types": ["form_submitted"], "subject_kind": "permit"}),
+    ]
+    index = TriggerIndex(candidates)
+    run = evaluation(index, EVENT)
+    asked = [next(run)]
+    asked.append(run.send(RecordingLoader()(asked[0])))
+    try:
+        run.send(RecordingLoader()(asked[1]))
+        raise AssertionError("the evaluation yields exactly twice")
+    except StopIteration as done:
+        result: Evaluated = done.value
+    assert asked == [WantedFacts(forms=frozenset({("intake", "q1")})),
+                     WantedFacts(levels=frozenset({"region"}))]
+    assert [(o.rule_id, o.fired, o.phase) for o in result.all_outcomes(candidates, EVENT)] == [
+        (o.rule_id, o.fired, o.phase) for o in evaluate_event(candidates, EVENT, RecordingLoader())]
+    assert result.trace() == [
+        {"rule_id": 2, "rule_version": 3, "fired": True, "phase": 4,
+         "conditions": [{"path": "conditions.all[0]", "result": True, "seen": "yes"}],
+         "filters": [{"path": "filters.all[0]", "result": True, "seen": "north"}]},
+        {"phase": 2, "fired": False, "reason": "metadata form is 'intake'", "rules": [[1, 3], [3, 3]]},
+        {"phase": 2, "fired": False, "reason": "subject kind is 'case'", "rules": [[4, 3]]},
+    ]
+
+
+def test_a_long_text_value_is_cut_in_the_stored_trace_with_its_length() -> None:
+    long_answer = "yes, " + "x" * 500
+    candidates = [rule(1, conditions=[{"fact": "form.intake.q1", "op": "contains", "value": "yes"}])]
+    (outcome,) = evaluate_event(candidates, EVENT, lambda wanted: {"form.intake.q1": long_answer})
+    assert outcome.fired and outcome.to_json()["conditions"][0]["seen"] == long_answer
+    stored = outcome.stored_json()["conditions"][0]
+    assert stored["seen"] == long_answer[:SEEN_MAX] + "…" and stored["seen_length"] == len(long_answer)
