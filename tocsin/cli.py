@@ -307,12 +307,13 @@ def cmd_status(args: argparse.Namespace) -> None:
     else:
         _out(f"Queues (RabbitMQ {redact_password(settings.broker_url)}; OLDEST is unknown: RabbitMQ "
              "shows a message only by delivering it)")
-    _out(f"{'QUEUE':<16} {'READY':>7} {'DELAYED':>7}  {'OLDEST':<9} {'CONSUMERS':>9}")
+    width = max([16, *(len(q.name) for q in status.queues)])
+    _out(f"{'QUEUE':<{width}} {'READY':>7} {'DELAYED':>7}  {'OLDEST':<9} {'CONSUMERS':>9}")
     for q in status.queues:
         flag = "  NO CONSUMER" if q.unconsumed else ""
         oldest = "unknown" if q.oldest_age_seconds is None and q.ready and settings.broker_url \
             else _age(q.oldest_age_seconds)
-        _out(f"{q.name:<16} {q.ready:>7} {q.delayed:>7}  {oldest:<9} "
+        _out(f"{q.name:<{width}} {q.ready:>7} {q.delayed:>7}  {oldest:<9} "
              f"{q.consumers:>9}{flag}")
     _out()
     _out(f"Tenants (a sweep is overdue after {_age(status.sweep_overdue_after)}: {OVERDUE_INTERVALS} "
