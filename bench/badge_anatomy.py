@@ -38,14 +38,13 @@ from bench.portal import (
     SLUG,
     _read_response,
     build,
-    drop_tenant,
     free_port,
     http_get,
     say,
     sign_in,
     start_server,
 )
-from bench.services import bench_services
+from bench.services import bench_services, drop_tenant
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # per second, the unit of /proc/<pid>/stat times
 
@@ -226,7 +225,7 @@ def run(args: argparse.Namespace) -> None:
     conn = psycopg.connect(settings.database_url, autocommit=True)
     server = None
     try:
-        drop_tenant(conn)
+        drop_tenant(conn, SLUG)
         build(conn, 200, 20_000)
         port = free_port()
         log = Path(".tocsin/bench").resolve() / "anatomy-server.log"
@@ -250,7 +249,7 @@ def run(args: argparse.Namespace) -> None:
         if server is not None:
             server.terminate()
             server.wait(timeout=30)
-        drop_tenant(conn)
+        drop_tenant(conn, SLUG)
         conn.close()
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from bench.services import bench_services, wait_ready
+from bench.services import bench_services, drop_tenant, wait_ready
 
 SLUG = "bench-intake"
 BATCH = 500  # events per request: the API's limit
@@ -49,18 +49,6 @@ class IntakeFigures:
     @property
     def share(self) -> float:
         return self.api_per_second / self.raw_per_second if self.raw_per_second else 0.0
-
-
-def _drop_tenant(conn: psycopg.Connection[Any]) -> None:
-    from db.migrations import drop_schema
-
-    with conn.transaction():
-        row = conn.execute("SELECT id, schema_name FROM control.tenants WHERE slug = %s", [SLUG]).fetchone()
-        if row is not None:
-            drop_schema(conn, str(row[1]))
-            conn.execute("DELETE FROM control.schema_migrations WHERE schema_name = %s", [row[1]])
-            conn.execute("DELETE FROM control.api_keys WHERE tenant_id = %s", [row[0]])
-            conn.execute("DELETE FROM control.tenants WHERE id = %s", [row[0]])
 
 
 def _build() -> tuple[str, str]:
@@ -188,7 +176,7 @@ def measure_intake(say: Callable[[str], None], n: int, concurrency: int = 4) -> 
     conn = psycopg.connect(settings.database_url, autocommit=True)
     server = None
     try:
-        _drop_tenant(conn)
+        drop_tenant(conn, SLUG)
         schema, key = _build()
         port = _free_port()
         server = _start_portal(port, Path(".tocsin/bench").resolve() / "intake-portal.log")
@@ -217,7 +205,7 @@ def measure_intake(say: Callable[[str], None], n: int, concurrency: int = 4) -> 
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 server.kill()
-        _drop_tenant(conn)
+        drop_tenant(conn, SLUG)
         conn.close()
 
 

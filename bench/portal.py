@@ -47,7 +47,7 @@ from typing import Any
 
 import psycopg
 
-from bench.services import bench_services, wait_ready
+from bench.services import bench_services, drop_tenant, wait_ready
 
 SLUG = "bench-portal"
 PASSWORD = "bench portal password"
@@ -60,17 +60,6 @@ def say(text: str = "") -> None:
 
 
 # -- data --------------------------------------------------------------------------------
-
-
-def drop_tenant(conn: psycopg.Connection[Any]) -> None:
-    from db.migrations import drop_schema
-
-    with conn.transaction():
-        row = conn.execute("SELECT schema_name FROM control.tenants WHERE slug = %s", [SLUG]).fetchone()
-        if row is not None:
-            drop_schema(conn, str(row[0]))
-            conn.execute("DELETE FROM control.schema_migrations WHERE schema_name = %s", [row[0]])
-            conn.execute("DELETE FROM control.tenants WHERE slug = %s", [SLUG])
 
 
 def build(conn: psycopg.Connection[Any], users: int, notifications: int) -> str:
@@ -339,7 +328,7 @@ def run(args: argparse.Namespace) -> None:
     conn = psycopg.connect(settings.database_url, autocommit=True)
     server: subprocess.Popen[bytes] | None = None
     try:
-        drop_tenant(conn)
+        drop_tenant(conn, SLUG)
         say(f"Building {args.users:,} users and {args.notifications:,} notifications ...")
         started = time.perf_counter()
         schema = build(conn, args.users, args.notifications)
@@ -388,7 +377,7 @@ def run(args: argparse.Namespace) -> None:
             except subprocess.TimeoutExpired:
                 server.kill()
         if not args.keep:
-            drop_tenant(conn)
+            drop_tenant(conn, SLUG)
         conn.close()
 
 

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 BENCH_HOME = Path(".tocsin/bench")
 
@@ -65,3 +66,18 @@ def wait_ready(server: subprocess.Popen[bytes], port: int, log: Path) -> subproc
             time.sleep(0.2)
     server.terminate()
     raise SystemExit(f"the portal did not answer /readyz within {START_LIMIT:.0f} s; see {log}")
+
+
+def drop_tenant(conn: Any, slug: str) -> None:
+    """Remove a benchmark's tenant, if a previous run left it: its schema, migration records,
+    API keys and row, in one transaction."""
+    from db.migrations import drop_schema
+
+    with conn.transaction():
+        row = conn.execute("SELECT id, schema_name FROM control.tenants WHERE slug = %s", [slug]).fetchone()
+        if row is not None:
+            drop_schema(conn, str(row[1]))
+            conn.execute("DELETE FROM control.schema_migrations WHERE schema_name = %s", [row[1]])
+            conn.execute("DELETE FROM control.api_keys WHERE tenant_id = %s", [row[0]])
+            conn.execute("DELETE FROM control.tenants WHERE id = %s", [row[0]])
+

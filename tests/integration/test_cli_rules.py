@@ -6,8 +6,6 @@ from __future__ import annotations
 import io
 import json
 import sys
-import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,30 +14,7 @@ import pytest
 from db.rules import list_rules, rule_versions
 from db.tenancy import Tenant, tenant_tx
 from tests.integration.rule_builders import add_product, rule_json, update_rule_json
-from tocsin.cli import main
-
-
-@pytest.fixture(autouse=True)
-def template_sandbox(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The sandbox's check is the preparation's module; on a branch without it yet, a
-    test-local stand-in that accepts every template (rule validation is tested apart)."""
-    try:
-        import domain.templates  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
-    except ImportError:
-        stand_in = types.ModuleType("domain.templates")
-        stand_in.check = lambda text: []  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "domain.templates", stand_in)
-    yield
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.integration.test_cli import run
 
 
 def write(tmp_path: Path, name: str, data: Any) -> str:
