@@ -424,7 +424,8 @@ def build_parser() -> Parser:
     p.add_argument("--url", help="the portal (default: PORTAL_URL)")
     p.add_argument("--key", help="an API key (default: the demo tenant's published key)")
 
-    p = command("scan", cmd_scan, "claim due licence milestones and time-rule obligations now and enqueue their emails")
+    p = command("scan", cmd_scan,
+                "claim due licence milestones and time-rule obligations now and enqueue their emails")
     p.add_argument("--tenant", help="one tenant (default: every active tenant)")
     p.add_argument("--as-of", help="ISO-8601 instant with offset (default: now)")
 

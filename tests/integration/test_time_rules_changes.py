@@ -8,10 +8,10 @@ import threading
 from datetime import UTC, date, datetime, timedelta
 
 from actors.scan import run_scan
+from db.calendar import load_calendar
 from db.rule_notices import prepare_rule_claims
 from db.tenancy import Tenant, tenant_tx
 from db.time_rules import _claim_due, claim_time_rules, time_rules
-from db.calendar import load_calendar
 from tests.integration.builders import scalar, scan_concurrently
 from tests.integration.conftest import RunningWorker, SesOutbox
 from tests.integration.platform_builders import add_person
@@ -208,7 +208,8 @@ def test_time_claims_are_prepared_and_sent_through_the_rules_path(
         run_scan(tenant.slug, AS_OF)
     worker.drain()
     sent = ses.sent()
-    assert [(e.to, e.subject) for e in sent] == [("tech@example.com", f"Certificate C1 due {due.isoformat()}")]
+    title = f"Certificate C1 due {due.isoformat()}"
+    assert [(e.to, e.subject) for e in sent] == [("tech@example.com", title)]
     assert f"Offset -7 from {(due - timedelta(days=7)).isoformat()}." in sent[0].body
     assert all(r["prepared_at"] is not None for r in rule_ledger(tenant) if r["status"] == "claimed")
 

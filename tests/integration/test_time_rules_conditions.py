@@ -13,7 +13,7 @@ from db.facts import load_facts_of_subjects, load_subject_facts
 from db.tenancy import Tenant, tenant_tx
 from domain.conditions import Facts, WantedFacts, evaluate
 from tests.integration.rule_builders import add_subject
-from tests.integration.time_rule_support import PRODUCT, add_metrology
+from tests.integration.time_rule_support import add_metrology
 
 VALUES: list[Any] = [5, 5.0, 12, -1, "5", "abc", "", None, True, False, [], [5, "x"], {}, {"a": 1},
                      "2027-06-01", "2027-02-30", "2026-12-31"]
@@ -77,7 +77,7 @@ def test_every_leaf_chooses_the_same_subjects_in_sql_and_in_python(tenant: Tenan
 
 
 def test_groups_combine_the_same_way(tenant: Tenant, subjects: list[int]) -> None:
-    trees = [
+    trees: list[dict[str, Any]] = [
         {"all": []}, {"any": []},
         {"any": [{"fact": "field.x", "op": "equals", "value": 5},
                  {"all": [{"fact": "subject.status", "op": "equals", "value": "closed"},
