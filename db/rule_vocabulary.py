@@ -96,7 +96,8 @@ class EventChoice:
     @property
     def label(self) -> str:
         what = self.trigger_type or self.event_type
-        return f"#{self.id} {what.replace('_', ' ')} · {self.subject_label} · {self.occurred_at:%Y-%m-%d %H:%M} UTC"
+        return (f"#{self.id} {what.replace('_', ' ')} · {self.subject_label} · "
+                f"{self.occurred_at:%Y-%m-%d %H:%M} UTC")
 
 
 def recent_subjects(tx: TenantTx, product: str) -> list[SubjectChoice]:

@@ -20,8 +20,8 @@ from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_422_UNPROCESSABLE_ENT
 from db.products import Product, list_products
 from db.rule_vocabulary import facts_seen, recent_subjects
 from db.rules import Rule, create_rule, get_rule, update_rule
-from db.tenancy import TenantTx, tenant_tx
 from db.template_preview import preview_templates
+from db.tenancy import TenantTx, tenant_tx
 from domain.conditions import PathError
 from domain.errors import Conflict, InvalidInput
 from domain.identity import parse_whole_number

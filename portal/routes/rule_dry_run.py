@@ -22,6 +22,7 @@ from domain.rule_diff import describe_condition
 from portal.auth import CurrentViewer
 from portal.routes.rules import admin_only, base_context
 
+
 def describe_trace(trace: LeafTrace) -> str:
     return describe_condition({"fact": trace.fact, "op": trace.op, "value": trace.expected})
 
