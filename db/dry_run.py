@@ -4,14 +4,17 @@ transaction and written nowhere: nothing is claimed, no trace is stored."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 
+from db.calendar import load_calendar
 from db.facts import load_facts, load_subject_facts
 from db.rules import get_rule
 from db.tenancy import TenantTx
-from domain.dry_run import DryRun, dry_run_event
+from domain.conditions import WantedFacts
+from domain.dry_run import DryRun, SubjectClock, dry_run_event, dry_run_time
 from domain.errors import InvalidInput, NotFound
 from domain.evaluation import EventFacts
+from domain.obligations import local_date
 from domain.rules import RuleDefinition
 
 _EVENT = """
@@ -43,13 +46,67 @@ def dry_run_rule(tx: TenantTx, rule_id: int, *, subject_id: int | None = None,
         raise InvalidInput("choose a subject or an event to dry-run the rule against")
     rule = get_rule(tx, rule_id)
     return dry_run_definition(tx, rule.definition, subject_id=subject_id, event_id=event_id,
-                              as_of=as_of, enabled=rule.enabled, version=rule.version)
+                              as_of=as_of, rule_id=rule.id, enabled=rule.enabled,
+                              version=rule.version)
+
+
+_CLOCK = """
+SELECT coalesce(s.time_zone, %s), s.created_at, s.assigned_at, s.status_changed_at
+FROM subjects s WHERE s.id = %s
+"""
+
+# This rule's claims for the subject: for a due date, those of the date it has now (a moved
+# date is a new cycle); for a turnaround, every occurrence (each threshold names its start).
+_CLAIMED = """
+SELECT threshold, status FROM notification_ledger
+WHERE rule = %(rule)s AND subject_kind = 'subject' AND subject_id = %(subject)s
+  AND (%(due)s::date IS NULL OR due_on = %(due)s::date)
+"""
+
+
+def _time_dry_run(tx: TenantTx, definition: RuleDefinition, subject_id: int, *,
+                  as_of: datetime, rule_id: int | None, enabled: bool | None,
+                  version: int | None) -> DryRun:
+    product, subject_facts = _subject(tx, subject_id)
+    row = tx.conn.execute(_CLOCK, [tx.tenant.time_zone, subject_id]).fetchone()
+    assert row is not None
+    zone, created_at, assigned_at, status_changed_at = row
+    clock = SubjectClock(str(zone), local_date(as_of, str(zone)), as_of, created_at,  # type: ignore[arg-type]
+                         assigned_at, status_changed_at)  # type: ignore[arg-type]
+    wanted = definition.condition_facts().union(definition.filter_facts())
+    if definition.trigger.due is not None:
+        wanted = wanted.union(WantedFacts.of({definition.trigger.due.fact}))
+    stored = load_facts(tx, subject_id, wanted)
+    claimed: dict[str, str] = {}
+    if rule_id is not None:
+        due = stored.get(definition.trigger.due.fact) if definition.trigger.due else None
+        if definition.trigger.due is None or _is_date(due):
+            claimed = {str(t): str(s) for t, s in tx.conn.execute(
+                _CLAIMED, {"rule": f"rule:{rule_id}", "subject": subject_id, "due": due})}
+    return dry_run_time(definition, subject_facts, stored, clock=clock,
+                        calendar=load_calendar(tx), against=_label(subject_facts, subject_id),
+                        product=product, claimed=claimed, enabled=enabled, version=version)
+
+
+def _is_date(value: object) -> bool:
+    try:
+        return isinstance(value, str) and len(value) == 10 and bool(date.fromisoformat(value))
+    except ValueError:
+        return False
 
 
 def dry_run_definition(tx: TenantTx, definition: RuleDefinition, *, subject_id: int | None,
-                       event_id: int | None, as_of: datetime, enabled: bool | None = None,
-                       version: int | None = None) -> DryRun:
-    del as_of  # judged by time rules only
+                       event_id: int | None, as_of: datetime, rule_id: int | None = None,
+                       enabled: bool | None = None, version: int | None = None) -> DryRun:
+    if definition.kind == "time":
+        if event_id is not None:  # a time rule watches the event's subject, not the event
+            row = tx.conn.execute(_EVENT, [event_id]).fetchone()
+            if row is None:
+                raise NotFound(f"no event {event_id}")
+            subject_id = int(str(row[0]))
+        assert subject_id is not None
+        return _time_dry_run(tx, definition, subject_id, as_of=as_of, rule_id=rule_id,
+                             enabled=enabled, version=version)
     if event_id is not None:
         row = tx.conn.execute(_EVENT, [event_id]).fetchone()
         if row is None:

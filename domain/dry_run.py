@@ -9,9 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date, datetime
+from zoneinfo import ZoneInfo
 
 from domain.conditions import Facts, LeafTrace, evaluate
 from domain.evaluation import EventFacts, metadata_mismatch
+from domain.obligations import (
+    Calendar,
+    DueDate,
+    Turnaround,
+    breach_at,
+    milestones,
+    next_milestone,
+    threshold_of,
+    turnaround_threshold,
+)
 from domain.rules import RuleDefinition
 
 
@@ -110,3 +122,108 @@ def dry_run_event(rule: RuleDefinition, event: EventFacts, stored: Mapping[str, 
     values = {**event.known(), **stored}
     tree_checks, conditions, filters = _trees(rule, values, event.changes)
     return DryRun(rule.name, version, against, checks + tree_checks, conditions, filters)
+
+
+@dataclass(frozen=True)
+class SubjectClock:
+    """What a time rule reads of the subject besides its facts: its local today (in the
+    subject's zone, else the tenant's), and its system timestamps (TAT starts)."""
+
+    zone: str
+    today: date
+    as_of: datetime
+    created_at: datetime
+    assigned_at: datetime | None
+    status_changed_at: datetime
+
+
+def _due_checks(due: DueDate, value: object, clock: SubjectClock, cal: Calendar,
+                claimed: Mapping[str, str]) -> tuple[list[Check], list[MilestoneDate]]:
+    if value is None:
+        return [Check("Due date", False, f"the subject has no {due.fact}")], []
+    day = _iso(value)
+    if day is None:
+        return [Check("Due date", False, f"{due.fact} holds {value!r}, not a date YYYY-MM-DD")], []
+    counting = "working days" if due.business_days else "days"
+    checks = [Check("Due date", True, f"{due.fact} is {day.isoformat()}; offsets "
+                    f"{', '.join(threshold_of(o).removeprefix('offset:') for o in due.offsets)} "
+                    f"{counting}")]
+    current = next_milestone(day, due.offsets, due.business_days, cal, clock.today)
+    plan = milestones(day, due.offsets, due.business_days, cal)
+    dates = [MilestoneDate(m.offset, m.threshold, m.starts.isoformat(),
+                           None if m.ends is None else m.ends.isoformat(),
+                           current is not None and m == current and m.starts <= clock.today)
+             for m in plan]
+    today = f"today is {clock.today.isoformat()} in {clock.zone}"
+    if current is None or current.starts > clock.today:
+        first = current or plan[0]
+        checks.append(Check("Window", False, f"{today}: no window has begun; the next, offset "
+                            f"{first.threshold.removeprefix('offset:')}, begins "
+                            f"{first.starts.isoformat()}"))
+        return checks, dates
+    label = current.threshold.removeprefix("offset:")
+    span = f"{current.starts.isoformat()} to " + \
+        (f"{current.ends.isoformat()} (exclusive)" if current.ends else "open-ended")
+    checks.append(Check("Window", True, f"{today}: inside the window of offset {label}, {span}"))
+    status = claimed.get(current.threshold)
+    if status is not None:
+        checks.append(Check("Ledger", False, f"offset {label} of due date {day.isoformat()} is "
+                            f"claimed already ({status}): each is sent once"))
+    return checks, dates
+
+
+def _turnaround_checks(tat: Turnaround, clock: SubjectClock, cal: Calendar,
+                       claimed: Mapping[str, str]) -> list[Check]:
+    start = {"created": clock.created_at, "assigned": clock.assigned_at,
+             "status_changed": clock.status_changed_at}[tat.after]
+    if start is None:
+        return [Check("Turnaround", False, f"the subject has no {tat.after.replace('_', ' ')} "
+                      "time (never assigned)")]
+    breach = breach_at(start, tat, cal, clock.zone)
+    amount = f"{tat.hours} hours" if tat.hours is not None else \
+        f"{tat.days} {'working ' if tat.business_days else ''}days"
+    local = breach.astimezone(ZoneInfo(clock.zone))
+    if clock.as_of < breach:
+        return [Check("Turnaround", False, f"{amount} after {tat.after.replace('_', ' ')} "
+                      f"({start.astimezone(ZoneInfo(clock.zone)):%Y-%m-%d %H:%M}): breached at "
+                      f"{local:%Y-%m-%d %H:%M} {clock.zone}, not yet")]
+    checks = [Check("Turnaround", True, f"breached at {local:%Y-%m-%d %H:%M} {clock.zone}, "
+                    f"{amount} after {tat.after.replace('_', ' ')}")]
+    status = claimed.get(turnaround_threshold(tat.after, start))
+    if status is not None:
+        checks.append(Check("Ledger", False, f"this breach is claimed already ({status}): "
+                            "each occurrence is sent once"))
+    return checks
+
+
+def _iso(value: object) -> date | None:
+    if not isinstance(value, str) or len(value) != 10:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def dry_run_time(rule: RuleDefinition, subject: Mapping[str, object],
+                 stored: Mapping[str, object], *, clock: SubjectClock, calendar: Calendar,
+                 against: str, product: str, claimed: Mapping[str, str] | None = None,
+                 enabled: bool | None = None, version: int | None = None) -> DryRun:
+    """A time rule against a subject, as the clock's scan would judge it at
+    ``clock.as_of``: the due date's milestones (domain.obligations) and the window today is
+    in, or the turnaround's breach, then the conditions ("while this still holds") and the
+    filters. ``claimed``: this rule's ledger claims for the subject, threshold -> status."""
+    checks = [c for c in (_state(enabled), product_check(rule, product)) if c is not None]
+    kind, wanted = subject.get("subject.kind"), rule.trigger.subject_kind
+    checks.append(Check("Subject kind", wanted is None or kind == wanted,
+                        f"{kind}" + ("" if wanted is None or kind == wanted else
+                                     f", the rule wants {wanted}")))
+    dates: list[MilestoneDate] = []
+    if rule.trigger.due is not None:
+        due_checks, dates = _due_checks(rule.trigger.due, stored.get(rule.trigger.due.fact),
+                                        clock, calendar, claimed or {})
+        checks += due_checks
+    elif rule.trigger.turnaround is not None:
+        checks += _turnaround_checks(rule.trigger.turnaround, clock, calendar, claimed or {})
+    tree_checks, conditions, filters = _trees(rule, {**subject, **stored}, {})
+    return DryRun(rule.name, version, against, checks + tree_checks, conditions, filters, dates)

@@ -32,7 +32,6 @@ _BY_TYPE: dict[str, tuple[str, ...]] = {
 }
 SUBJECT_FACT_TYPES = {"status": "string", "title": "string", "kind": "string",
                       "external_id": "string", "assignees": "list"}
-TURNAROUND_AFTER = ("created", "assigned", "status_changed")
 
 
 @dataclass(frozen=True)

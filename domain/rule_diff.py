@@ -128,10 +128,11 @@ def _sequence(label: str, before: list[str], after: list[str]) -> list[Change]:
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
             continue
-        if op == "replace" and i2 - i1 == j2 - j1:
-            changes += [Change(f"{label} {j + 1}", "changed", before[i], after[j])
-                        for i, j in zip(range(i1, i2), range(j1, j2), strict=True)]
-            continue
+        if op == "replace":  # the first of each side read as edits, the rest as added/removed
+            paired = min(i2 - i1, j2 - j1)
+            changes += [Change(f"{label} {j1 + k + 1}", "changed", before[i1 + k], after[j1 + k])
+                        for k in range(paired)]
+            i1, j1 = i1 + paired, j1 + paired
         changes += [Change(f"{label} {i + 1}", "removed", before[i], None) for i in range(i1, i2)]
         changes += [Change(f"{label} {j + 1}", "added", None, after[j]) for j in range(j1, j2)]
     return changes

@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -25,8 +26,8 @@ from db.tenancy import TenantTx, tenant_tx
 from domain.conditions import PathError
 from domain.errors import Conflict, InvalidInput
 from domain.identity import parse_whole_number
+from domain.obligations import TURNAROUND_AFTER, DueDate
 from domain.rule_builder import (
-    TURNAROUND_AFTER,
     ConditionRow,
     FactChoice,
     RecipientRow,
@@ -37,7 +38,15 @@ from domain.rule_builder import (
     form_of,
     operators_for,
 )
-from domain.rules import CATEGORIES, CHANNELS, KINDS, RECIPIENT_TYPES, InvalidRule, rule_errors
+from domain.rules import (
+    CATEGORIES,
+    CHANNELS,
+    KINDS,
+    RECIPIENT_TYPES,
+    TIME_CATEGORIES,
+    InvalidRule,
+    rule_errors,
+)
 from portal.auth import CurrentViewer, Viewer
 from portal.routes.rules import admin_only, base_context, chosen_product
 
@@ -159,7 +168,8 @@ def builder_context(tx: TenantTx, viewer: Viewer, form: RuleForm, *, rule: Rule 
         "type_of": vocabulary.types().get,
         "errors": ErrorIndex(errors or []), "notice": SAVED.get(saved or ""),
         "subjects": recent_subjects(tx, vocabulary.product.code), "kinds": _kinds(),
-        "kind_labels": KIND_LABELS, "categories": CATEGORIES, "channels": CHANNELS,
+        "kind_labels": KIND_LABELS,
+        "categories": TIME_CATEGORIES if form.kind == "time" else CATEGORIES, "channels": CHANNELS,
         "recipient_types": RECIPIENT_TYPES, "recipient_labels": RECIPIENT_LABELS,
         "turnaround_after": TURNAROUND_AFTER, "row_id": _row_id, "enable_now": enable_now}
 
@@ -310,6 +320,17 @@ def removed_row(viewer: CurrentViewer) -> Response[str]:
     return Response("", media_type="text/html")
 
 
+def _due_of(form: RuleForm) -> DueDate | None:
+    """The due date of a time rule's form, if its fields make one (else no due context)."""
+    if form.kind != "time" or form.time_mode == "turnaround" or not form.due_fact:
+        return None
+    try:
+        offsets = tuple(sorted({int(o) for o in form.offsets.replace(";", ",").split(",") if o.strip()}))
+    except ValueError:
+        return None
+    return DueDate(form.due_fact, offsets, form.business_days) if offsets else None
+
+
 @post("/rules/preview", request_max_body_size=BUILDER_MAX_BYTES)
 async def preview_rule(request: Request[Any, Any, Any], viewer: CurrentViewer) -> Template:
     """The title and body rendered in the sandbox against the chosen subject; a template
@@ -320,12 +341,15 @@ async def preview_rule(request: Request[Any, Any, Any], viewer: CurrentViewer) -
     subject = _text(posted, "preview_subject")
     subject_id = parse_whole_number(subject, "choose a subject from the list") if subject else None
 
+    due = _due_of(form)
+
     def render() -> Any:
         with tenant_tx(viewer.tenant.slug) as tx:
             return preview_templates(
                 tx, form.title, form.body, subject_id=subject_id, rule_name=form.name,
                 event_type=form.kind if form.kind in ("created", "updated") else None,
-                trigger_type=form.types[0] if form.kind == "updated" and form.types else None)
+                trigger_type=form.types[0] if form.kind == "updated" and form.types else None,
+                due=due, as_of=datetime.now(UTC))
 
     return Template("_rule_preview.html", context={"preview": await anyio.to_thread.run_sync(render)})
 
