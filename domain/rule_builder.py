@@ -161,8 +161,8 @@ def _tree(tree: Tree, types: Mapping[str, str | None], at: str,
         return data
     leaves: list[dict[str, Any]] = []
     for row in tree.rows:
-        if not row.fact and not row.op and not row.value.strip():
-            continue  # a row added and left blank
+        if not row.fact and not row.value.strip():
+            continue  # a row added and left blank (its operator is the list's first)
         leaf: dict[str, Any] = {"fact": row.fact, "op": row.op}
         if row.takes_value:
             leaf["value"] = typed_value(row, types.get(row.fact))

@@ -182,7 +182,8 @@ def describe_trigger(definition: Mapping[str, Any]) -> str:
             return f"{parts['Turnaround']} (each {subject})"
         return f"{parts.get('Offsets (days)', '')} {parts.get('Counting', '')} from " \
                f"{parts.get('Due date', '')} (each {subject})"
-    text = f"When a {subject} is {'created' if kind == 'created' else 'updated'}"
+    article = "an" if subject[:1] in "aeiou" else "a"
+    text = f"When {article} {subject} is {'created' if kind == 'created' else 'updated'}"
     if trigger.get("types"):
         text += f" ({', '.join(str(t).replace('_', ' ') for t in trigger['types'])})"
     return text
