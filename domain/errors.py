@@ -29,3 +29,7 @@ class Busy(TocsinError):
         super().__init__(message)
         self.retry_after = retry_after  # seconds worth waiting before trying again
         self.own_share = own_share
+
+
+class Forbidden(TocsinError):
+    """The signed-in person may not do this (a team member on an administrators' page)."""

@@ -41,6 +41,9 @@ from portal.routes import (
     members,
     metrics,
     preferences,
+    rule_builder,
+    rule_dry_run,
+    rules,
     unsubscribe,
 )
 from portal.sessions import STORE, SessionStore, session_config
@@ -132,6 +135,7 @@ def create_app(
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES,
+            *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

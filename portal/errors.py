@@ -27,7 +27,7 @@ from litestar.status_codes import (
 from litestar.types import ExceptionHandlersMap
 
 from db.errors import DatabaseUnavailable, NotMigrated
-from domain.errors import Busy, Conflict, InvalidInput, NotFound
+from domain.errors import Busy, Conflict, Forbidden, InvalidInput, NotFound
 from domain.licence import RenewalRefused
 from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 
@@ -86,6 +86,9 @@ def _invalid_fields(request: AnyRequest, exc: ValidationException) -> list[str]:
 def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
     if isinstance(exc, NotFound):
         return NOT_FOUND
+    if isinstance(exc, Forbidden):
+        return ErrorPage(403, "That page is for administrators",
+                         f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, UnknownParameter):
         return ErrorPage(
             400, BAD_REQUEST.title,

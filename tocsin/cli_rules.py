@@ -7,6 +7,7 @@
     tocsin rules enable|disable --tenant T ID
     tocsin rules export --tenant T [--product P] > rules.json
     tocsin rules import --tenant T rules.json|-       (all or nothing)
+    tocsin rules dry-run --tenant T ID --subject N|--event N   (nothing is claimed)
 """
 
 from __future__ import annotations
@@ -146,6 +147,38 @@ def cmd_rules_import(args: argparse.Namespace) -> None:
          f"unchanged {len(report.unchanged)}")
 
 
+def cmd_rules_dry_run(args: argparse.Namespace) -> None:
+    """The rule against a subject or event: each step, each condition with the value seen,
+    and why it would not fire (db/dry_run.py, as the console's dry run)."""
+    from datetime import datetime
+
+    from db.dry_run import dry_run_rule
+    from db.tenancy import tenant_tx
+    from domain.rule_diff import describe_condition
+
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        result = dry_run_rule(tx, args.id, subject_id=args.subject, event_id=args.event,
+                              as_of=datetime.now(UTC))
+    _out(f"rule {args.id} ({result.rule_name}), version {result.rule_version}, "
+         f"against {result.against}")
+    _out(f"verdict: {'WOULD FIRE' if result.fires else 'would NOT fire'}")
+    for check in result.checks:
+        _out(f"  [{'ok' if check.passed else 'NO'}] {check.step}: {check.detail}")
+    for m in result.milestones:
+        _out(f"  milestone {m.threshold}: {m.starts} .. {m.ends or 'open-ended'}"
+             f"{'  <- today' if m.current else ''}")
+    for label, traces in (("conditions", result.conditions), ("filters", result.filters)):
+        for t in traces:
+            seen = "missing" if t.missing else json.dumps(t.seen)
+            words = describe_condition({"fact": t.fact, "op": t.op, "value": t.expected})
+            _out(f"  {label[:-1]} {t.path}: {words} -> {str(t.result).lower()} (seen {seen})"
+                 f"{' ' + t.reason if t.reason else ''}")
+    if not result.fires:
+        _out("why not:")
+        for why in result.why_not:
+            _out(f"  - {why}")
+
+
 def add_rules_commands(sub: argparse._SubParsersAction[Any], command: Command) -> None:
     """Register `tocsin rules ...` on the top-level subparsers; ``command(name, handler,
     help, parent)`` is cli.build_parser's helper."""
@@ -182,6 +215,13 @@ def add_rules_commands(sub: argparse._SubParsersAction[Any], command: Command) -
     p = command("export", cmd_rules_export, "print the rules as a JSON list, importable", rules_sub)
     tenant_arg(p)
     p.add_argument("--product", help="only this product's rules")
+    p = command("dry-run", cmd_rules_dry_run,
+                "evaluate a rule against a subject or an event, claiming nothing", rules_sub)
+    tenant_arg(p)
+    p.add_argument("id", type=int)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--subject", type=int, help="a subject's id (as the console lists it)")
+    target.add_argument("--event", type=int, help="an event's id")
     p = command("import", cmd_rules_import,
                 "create or update rules by (product, name) from a JSON list, all or nothing", rules_sub)
     tenant_arg(p)

@@ -1,0 +1,66 @@
+"""A rule's notice template rendered in the sandbox against a chosen subject's facts, the
+way preparation renders it (db/rule_notices.py), for the rules console's live preview."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+from db.calendar import load_calendar
+from db.facts import load_all_facts, load_subject_facts
+from db.tenancy import TenantTx
+from domain.errors import NotFound
+from domain.obligations import DueDate, local_date, next_milestone
+from domain.templates import TemplateRefused, render, template_context
+
+
+@dataclass(frozen=True)
+class Preview:
+    title: str | None  # None: refused (see problems)
+    body: str | None
+    problems: dict[str, str]  # by part (title, body): why the sandbox refused it
+    subject: str | None  # what it was rendered against, in words; None: no subject
+
+
+def _due_context(tx: TenantTx, subject_id: int, due: DueDate, value: object,
+                 as_of: datetime) -> dict[str, object]:
+    """{{ due.date }}, {{ due.offset }}, {{ due.milestone_date }} as the scan would give
+    them today: the milestone whose window holds the subject's local today, else the next."""
+    try:
+        day = date.fromisoformat(str(value))
+    except ValueError:
+        return {}
+    row = tx.conn.execute("SELECT coalesce(time_zone, %s) FROM subjects WHERE id = %s",
+                          [tx.tenant.time_zone, subject_id]).fetchone()
+    today = local_date(as_of, str(row[0]) if row else tx.tenant.time_zone)
+    m = next_milestone(day, due.offsets, due.business_days, load_calendar(tx), today)
+    return {"date": day.isoformat(), "offset": None if m is None else m.offset,
+            "milestone_date": None if m is None else m.starts.isoformat()}
+
+
+def preview_templates(tx: TenantTx, title: str, body: str, *, subject_id: int | None,
+                      rule_name: str, event_type: str | None = None,
+                      trigger_type: str | None = None, due: DueDate | None = None,
+                      as_of: datetime | None = None) -> Preview:
+    facts: dict[str, object] = {}
+    subject = None
+    if subject_id is not None:
+        facts = load_subject_facts(tx, subject_id)
+        if not facts:
+            raise NotFound(f"no subject {subject_id}")
+        facts.update(load_all_facts(tx, subject_id))
+        subject = f"{facts['subject.kind']} {facts['subject.external_id']}"
+    context = template_context(facts, event_type=event_type, trigger=trigger_type,
+                               rule_name=rule_name)
+    if due is not None and subject_id is not None and due.fact in facts:
+        context["due"] = _due_context(tx, subject_id, due, facts[due.fact],
+                                      as_of or datetime.now(UTC))
+    rendered: dict[str, str | None] = {}
+    problems: dict[str, str] = {}
+    for part, text in (("title", title), ("body", body)):
+        try:
+            rendered[part] = render(text, context)
+        except TemplateRefused as refused:
+            rendered[part] = None
+            problems[part] = refused.reason
+    return Preview(rendered["title"], rendered["body"], problems, subject)
