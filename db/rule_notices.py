@@ -31,7 +31,7 @@ from db.ledger import notify_statement, write_notices
 from db.recipients import resolve_recipients
 from db.tenancy import TenantTx, tenant_tx
 from domain.errors import TocsinError
-from domain.obligations import breach_at, offset_of, shift
+from domain.obligations import breach_at, due_context, offset_of
 from domain.preferences import valid_category
 from domain.rules import stored_rule
 from domain.templates import TemplateRefused, render, template_context
@@ -195,11 +195,8 @@ def _time_context(tx: TenantTx, claim: _Claim, definition: object
         return None, None
     rule = stored_rule(definition)
     if offset is not None and rule.trigger.due is not None:
-        day = shift(claim.due_on, offset, rule.trigger.due.business_days, load_calendar(tx))
-        # "offset" is a keyword of Liquid's grammar ({{ due.offset }} does not parse; it reads
-        # {{ due["offset"] }}), so the same value is also offset_days.
-        return {"date": claim.due_on.isoformat(), "offset": offset, "offset_days": offset,
-                "milestone_date": day.isoformat()}, None
+        return due_context(claim.due_on, offset, rule.trigger.due.business_days,
+                           load_calendar(tx)), None
     tat = rule.trigger.turnaround
     if claim.threshold.startswith("tat:") and tat is not None:
         started = datetime.fromtimestamp(int(claim.threshold.rsplit(":", 1)[1]), UTC)

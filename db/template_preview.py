@@ -10,7 +10,7 @@ from db.calendar import load_calendar
 from db.facts import load_all_facts, load_subject_facts
 from db.tenancy import TenantTx
 from domain.errors import NotFound
-from domain.obligations import DueDate, local_date, next_milestone
+from domain.obligations import DueDate, due_context, local_date, next_milestone
 from domain.templates import TemplateRefused, render, template_context
 
 
@@ -24,7 +24,7 @@ class Preview:
 
 def _due_context(tx: TenantTx, subject_id: int, due: DueDate, value: object,
                  as_of: datetime) -> dict[str, object]:
-    """{{ due.date }}, {{ due.offset }}, {{ due.milestone_date }} as the scan would give
+    """{{ due.date }}, {{ due.offset_days }}, {{ due.milestone_date }} as the scan would give
     them today: the milestone whose window holds the subject's local today, else the next."""
     try:
         day = date.fromisoformat(str(value))
@@ -33,9 +33,12 @@ def _due_context(tx: TenantTx, subject_id: int, due: DueDate, value: object,
     row = tx.conn.execute("SELECT coalesce(time_zone, %s) FROM subjects WHERE id = %s",
                           [tx.tenant.time_zone, subject_id]).fetchone()
     today = local_date(as_of, str(row[0]) if row else tx.tenant.time_zone)
-    m = next_milestone(day, due.offsets, due.business_days, load_calendar(tx), today)
-    return {"date": day.isoformat(), "offset": None if m is None else m.offset,
-            "milestone_date": None if m is None else m.starts.isoformat()}
+    cal = load_calendar(tx)
+    m = next_milestone(day, due.offsets, due.business_days, cal, today)
+    if m is None:
+        return {"date": day.isoformat(), "offset": None, "offset_days": None,
+                "milestone_date": None}
+    return due_context(day, m.offset, due.business_days, cal)
 
 
 def preview_templates(tx: TenantTx, title: str, body: str, *, subject_id: int | None,

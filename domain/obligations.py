@@ -132,6 +132,14 @@ def next_milestone(due: date, offsets: Sequence[int], business_days: bool, cal: 
     return None
 
 
+def due_context(due: date, offset: int, business_days: bool, cal: Calendar) -> dict[str, object]:
+    """What a time rule's templates see of one milestone: {{ due.date }}, {{ due.offset_days }}
+    and {{ due.milestone_date }}. ("offset" is a keyword of Liquid's grammar: {{ due.offset }}
+    does not parse, {{ due["offset"] }} does, so the value is given under both names.)"""
+    return {"date": due.isoformat(), "offset": offset, "offset_days": offset,
+            "milestone_date": shift(due, offset, business_days, cal).isoformat()}
+
+
 def latest_due_begun(today: date, offset: int, business_days: bool, cal: Calendar) -> date:
     """The latest due date whose ``offset`` window has begun by ``today``: the window of
     ``due`` has begun exactly when ``due <= latest_due_begun(today, ...)`` (shift is
