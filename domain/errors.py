@@ -17,6 +17,11 @@ class NotFound(TocsinError):
     """The thing named does not exist (or is not visible to the caller)."""
 
 
+class Forbidden(TocsinError):
+    """The caller is who they say, but their role may not do this (a team member on an
+    administrator's page)."""
+
+
 class Conflict(TocsinError):
     """The thing to create exists already."""
 

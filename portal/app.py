@@ -30,6 +30,7 @@ from portal.openapi import api_documentation
 from portal.ratelimit import ApiKeyRateLimit, LoginThrottle, PasswordChecks
 from portal.redaction import install_log_redaction
 from portal.routes import (
+    api_keys,
     events_api,
     evidence,
     health,
@@ -131,7 +132,7 @@ def create_app(
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
-            *preferences.ROUTES, *unsubscribe.ROUTES,
+            *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

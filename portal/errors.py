@@ -27,7 +27,7 @@ from litestar.status_codes import (
 from litestar.types import ExceptionHandlersMap
 
 from db.errors import DatabaseUnavailable, NotMigrated
-from domain.errors import Busy, Conflict, InvalidInput, NotFound
+from domain.errors import Busy, Conflict, Forbidden, InvalidInput, NotFound
 from domain.licence import RenewalRefused
 from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 
@@ -93,6 +93,8 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
         )
     if isinstance(exc, InvalidInput):
         return ErrorPage(400, "That didn't work", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+    if isinstance(exc, Forbidden):
+        return ErrorPage(403, "That page is for administrators", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, RenewalRefused):
         return ErrorPage(403, "Renewal isn't available", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, Conflict):
