@@ -41,6 +41,7 @@ from portal.routes import (
     login,
     members,
     metrics,
+    obligations,
     preferences,
     unsubscribe,
 )
@@ -132,7 +133,7 @@ def create_app(
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
-            *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES,
+            *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
