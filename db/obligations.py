@@ -21,11 +21,12 @@ from db.calendar import load_calendar
 from db.evidence import csv_rows
 from db.facts import load_facts_of_subjects
 from db.tenancy import TenantTx
+from db.time_rules import time_rules
 from domain.conditions import Facts, WantedFacts, evaluate
 from domain.errors import InvalidInput, NotFound
 from domain.obligation_schedule import Schedule, schedule
 from domain.obligations import Calendar
-from domain.rules import RuleDefinition, stored_rule
+from domain.rules import RuleDefinition
 
 PAGE_SIZE = 50  # obligations per page
 MAX_WITHIN_DAYS = 3660  # days: the "due within" filter's upper bound (ten years)
@@ -117,16 +118,14 @@ class _Watch:
 
 
 def _watched(tx: TenantTx) -> dict[int, _Watch]:
-    """The enabled time rules that watch a due date (turnaround rules have none)."""
+    """The enabled time rules that watch a due date (the scan's own list; turnaround rules
+    have no due date to show)."""
     out = {}
-    for rule_id, name, version, product, stored in tx.conn.execute(
-            "SELECT id, name, version, product, definition FROM rules "
-            "WHERE enabled AND kind = 'time' AND definition -> 'trigger' ? 'due' ORDER BY id").fetchall():
-        definition = stored_rule(stored)  # type: ignore[arg-type]
-        due = definition.trigger.due
+    for rule in time_rules(tx):
+        due = rule.definition.trigger.due
         if due is not None:
-            out[int(str(rule_id))] = _Watch(int(str(rule_id)), str(name), int(str(version)), str(product),
-                                            definition, due.field, due.offsets, due.business_days)
+            out[rule.id] = _Watch(rule.id, rule.definition.name, rule.version, rule.product,
+                                  rule.definition, due.field, due.offsets, due.business_days)
     return out
 
 

@@ -16,7 +16,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from actors.scan import run_scan
 from db.api_keys import create_api_key
+from db.inbox import acknowledge, inbox_page
 from db.calendar import save_calendar
 from db.rules import create_rule
 from db.tenancy import tenant_tx
@@ -24,6 +26,7 @@ from db.users import create_user
 from domain.identity import Role
 from domain.obligations import Calendar
 from portal.templating import short_date
+from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
 from tests.integration.portal_support import PASSWORD, People, PortalClient, sign_in, signed_in
 from tocsin.demo_metrology import CALIBRATION_RULE, certificate_event, set_up_metrology
 
@@ -196,6 +199,42 @@ def test_the_csv_is_a_download_of_every_filtered_obligation(desk: Desk) -> None:
     rows = csv_rows(response.text)
     assert [r["external_id"] for r in rows] == ["CAL-0", "CAL-1"]
     assert rows[0]["rule_name"] == CALIBRATION_RULE["name"] and rows[0]["notices_claimed"] == "0"
+
+
+def test_the_subject_page_shows_every_notice_claimed_delivered_and_acknowledged(
+    desk: Desk, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    subject_id = desk.send("CAL-1", LONDON, 3)  # -7 is due now; -30's window has passed
+    run_scan(desk.people.tenant.slug, datetime.now(UTC))  # the clock's scan, as the product runs it
+    worker.drain()  # preparation (inbox rows and emails), then delivery to the local SES
+    wait_until(lambda: {m.to for m in ses.sent()} >= {LONDON.tech, "manager.london@demo.example"},
+               "the reminder emails")
+    slug = desk.people.tenant.slug
+    with tenant_tx(slug) as tx:
+        tech = tx.conn.execute("SELECT id FROM users WHERE email = %s", [LONDON.tech]).fetchone()
+        assert tech is not None
+        [item], _ = inbox_page(tx, int(str(tech[0])))
+        assert item.title.startswith("Calibration of Instrument CAL-1 due ")
+        acknowledge(tx, int(str(tech[0])), item.id)
+    signed_in(desk.portal, desk.people, desk.people.admin)
+
+    page = desk.portal.get(f"/obligations/subjects/{subject_id}")
+    assert page.status_code == 200
+    html = page.text
+    notices = html[html.index("Every notice about it"):]
+    assert "7 days before · Calibration certificate due" in notices
+    assert "30 days before · Calibration certificate due" in notices and "Skipped" in notices
+    assert f"by {LONDON.tech}" in notices  # acknowledged, and by whom
+    assert "2 recipients" in notices and "manager.london@demo.example" in notices
+    assert notices.count("Not yet") == 2  # only the skipped one is neither delivered nor acknowledged
+    due = local_today(LONDON.zone) + timedelta(days=3)
+    watched = html[html.index("Due dates watched"):html.index("Every notice about it")]
+    assert f"due {due.day} {due:%B %Y}" in watched and "Window passed" not in watched
+    assert watched.count("Notice claimed") == 1 and watched.count("Scheduled") == 2
+
+    row = rows_by_id(desk)["CAL-1"]
+    assert (row["notices_claimed"], row["notices_delivered"], row["notices_acknowledged"]) == ("1", "1", "1")
+    assert (row["next_milestone"], row["next_notice_on"]) == ("offset:-1", (due - timedelta(days=1)).isoformat())
 
 
 def test_a_member_sees_obligations_and_a_client_user_does_not(desk: Desk) -> None:
