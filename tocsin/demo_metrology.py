@@ -90,16 +90,23 @@ def set_up_metrology(slug: str, password: str) -> None:
         create_rule(tx, CALIBRATION_RULE, by="demo")
 
 
+def demo_certificates(now: datetime) -> list[dict[str, Any]]:
+    """The demo's certificates as events, each due date counted from its site's own today."""
+    sites = {code: (name, zone, tech) for code, name, zone, _m, _mn, tech, _tn in SITES}
+    events = []
+    for external_id, instrument, site, days in CERTIFICATES:
+        name, zone, tech = sites[site]
+        due = now.astimezone(ZoneInfo(zone)).date() + timedelta(days=days)
+        events.append(certificate_event(external_id, instrument, site, name, zone, due, tech))
+    return events
+
+
 def seed_metrology(slug: str, password: str, now: datetime | None = None) -> Iterator[str]:
     set_up_metrology(slug, password)
-    now = now or datetime.now(UTC)
-    sites = {code: (name, zone, tech) for code, name, zone, _m, _mn, tech, _tn in SITES}
     # The host's own connection and transaction: the certificates exist because it commits.
     with psycopg.connect(runtime.settings().database_url) as conn:
-        for external_id, instrument, site, days in CERTIFICATES:
-            name, zone, tech = sites[site]
-            due = now.astimezone(ZoneInfo(zone)).date() + timedelta(days=days)
-            record_event(conn, slug, certificate_event(external_id, instrument, site, name, zone, due, tech))
+        for event in demo_certificates(now or datetime.now(UTC)):
+            record_event(conn, slug, event)
     yield (f"Legal metrology: {len(CERTIFICATES)} calibration certificates at sites in London, "
            f"Kolkata and Auckland, due within 40 days, and the rule '{CALIBRATION_RULE['name']}' "
            "(30, 7 and 1 day before, and on the day). The first scan reminds their technicians and "
