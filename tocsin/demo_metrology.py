@@ -40,8 +40,8 @@ SITES = (
      "manager.auckland@demo.example", "Mere Ngata", "tech.auckland@demo.example", "Liam Hart"),
 )
 # (certificate, instrument, site, days from the site's today to the calibration due date):
-# 0, 1, 3, 6 and 25 are inside a window on the first day (on the day, -1, -7, -7 and -30);
-# -2 is overdue (its on-the-day notice is due); 12 and 38 wait for their -7 and -30 windows.
+# on the first day 0, 1, 3, 6, 12 and 25 are inside a window (on the day, -1, -7, -7, -30 and
+# -30), -2 is overdue (its on-the-day notice is due), and 38 waits for its -30 window.
 CERTIFICATES = (
     ("CAL-L-101", "Weighbridge WB-3 (60 t)", "london", 3),
     ("CAL-L-102", "Platform scale PS-12", "london", 25),

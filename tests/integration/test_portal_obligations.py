@@ -28,7 +28,13 @@ from domain.obligations import Calendar
 from portal.templating import short_date
 from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
 from tests.integration.portal_support import PASSWORD, People, PortalClient, sign_in, signed_in
-from tocsin.demo_metrology import CALIBRATION_RULE, certificate_event, set_up_metrology
+from tocsin.demo_metrology import (
+    CALIBRATION_RULE,
+    CERTIFICATES,
+    certificate_event,
+    seed_metrology,
+    set_up_metrology,
+)
 
 MEMBER = "member@tenant.example"
 
@@ -259,3 +265,30 @@ def test_a_member_sees_obligations_and_a_client_user_does_not(desk: Desk) -> Non
 def test_an_unknown_subject_is_not_found(desk: Desk) -> None:
     signed_in(desk.portal, desk.people, desk.people.admin)
     assert desk.portal.get("/obligations/subjects/999999").status_code == 404
+
+
+def test_the_metrology_demo_shows_obligations_and_claims_their_first_notices_at_the_first_scan(
+    portal: PortalClient, people: People, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    lines = list(seed_metrology(people.tenant.slug, PASSWORD))
+    assert "Legal metrology" in lines[0]
+    signed_in(portal, people, people.admin)
+    listed = {r["external_id"]: r for r in csv_rows(portal.get("/obligations.csv").text)}
+    assert set(listed) == {c[0] for c in CERTIFICATES}
+    assert {listed[c[0]]["time_zone"] for c in CERTIFICATES} == \
+        {"Europe/London", "Asia/Kolkata", "Pacific/Auckland"}
+    assert all(0 <= int(r["days_left"]) <= 40 or r["overdue"] == "True" for r in listed.values())
+
+    run_scan(people.tenant.slug, datetime.now(UTC))
+    worker.drain()
+    with tenant_tx(people.tenant.slug) as tx:
+        claimed = tx.conn.execute(
+            "SELECT s.external_id, l.threshold FROM notification_ledger l "
+            "JOIN subjects s ON s.id = l.subject_id "
+            "WHERE l.subject_kind = 'subject' AND l.status = 'claimed' ORDER BY 1").fetchall()
+    # Every certificate inside a window on the first day: on the day (0 and -2 days), -1, -7, -30.
+    assert dict(claimed) == {"CAL-A-301": "offset:0", "CAL-K-203": "offset:0", "CAL-K-201": "offset:-1",
+                             "CAL-L-101": "offset:-7", "CAL-A-302": "offset:-7", "CAL-K-202": "offset:-30",
+                             "CAL-L-102": "offset:-30"}
+    wait_until(lambda: {"tech.kolkata@demo.example", "manager.auckland@demo.example"}
+               <= {m.to for m in ses.sent()}, "the demo's reminder emails")
