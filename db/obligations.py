@@ -129,7 +129,7 @@ def _watched(tx: TenantTx) -> dict[int, _Watch]:
     return out
 
 
-_SELECT = """
+_OBLIGATIONS = """
 WITH w AS (
     SELECT * FROM unnest(%(rule_ids)s::bigint[], %(products)s::text[], %(kinds)s::text[],
                          %(fields)s::text[]) AS w (rule_id, product, subject_kind, field)
@@ -143,22 +143,36 @@ WITH w AS (
     JOIN subject_fields f ON f.subject_id = s.id AND f.name = w.field
                          AND jsonb_typeof(f.value) = 'string'
     WHERE s.id = ANY(%(subject_ids)s::bigint[]) OR %(subject_ids)s::bigint[] IS NULL
+), p AS (
+    SELECT * FROM o WHERE o.due_on IS NOT NULL AND {where}
+    ORDER BY o.due_on, o.subject_id, o.rule_id {limit}
 )
-SELECT o.rule_id, o.subject_id, o.product, o.kind, o.external_id, o.title, o.status, o.zone,
-       o.today, o.due_on, coalesce(led.recorded, '{}'), coalesce(led.claimed, 0),
+"""
+# What the ledger holds for each listed due date: read after filtering and paging, so a page
+# costs one ledger probe per row shown, not one per obligation of the tenant.
+_WITH_LEDGER = """
+SELECT p.rule_id, p.subject_id, p.product, p.kind, p.external_id, p.title, p.status, p.zone,
+       p.today, p.due_on, coalesce(led.recorded, '{}'), coalesce(led.claimed, 0),
        coalesce(led.delivered, 0), coalesce(led.acknowledged, 0), led.last_claimed_at
-FROM o
+FROM p
 LEFT JOIN LATERAL (
     SELECT jsonb_object_agg(l.threshold, l.status) AS recorded,
            count(*) FILTER (WHERE l.status = 'claimed') AS claimed,
            count(l.delivered_at) AS delivered, count(l.acknowledged_at) AS acknowledged,
            max(l.claimed_at) FILTER (WHERE l.status = 'claimed') AS last_claimed_at
     FROM notification_ledger l
-    WHERE l.rule = 'rule:' || o.rule_id AND l.subject_kind = 'subject'
-      AND l.subject_id = o.subject_id AND l.due_on = o.due_on
+    WHERE l.rule = 'rule:' || p.rule_id AND l.subject_kind = 'subject'
+      AND l.subject_id = p.subject_id AND l.due_on = p.due_on
 ) led ON TRUE
-WHERE o.due_on IS NOT NULL AND """
-_ORDER = " ORDER BY o.due_on, o.subject_id, o.rule_id"
+ORDER BY p.due_on, p.subject_id, p.rule_id
+"""
+
+
+def _statement(where: str, *, limited: bool = False) -> str:
+    """The listing: ``where`` is SQL over the obligation ``o`` built by ObligationFilter
+    (its values are parameters, never text)."""
+    return (_OBLIGATIONS + _WITH_LEDGER).replace("{where}", where).replace(
+        "{limit}", "LIMIT %(limit)s" if limited else "")
 
 
 def _params(tx: TenantTx, watched: dict[int, _Watch], as_of: datetime,
@@ -235,7 +249,7 @@ def obligations_page(tx: TenantTx, filters: ObligationFilter, as_of: datetime,
         where += " AND (o.due_on, o.subject_id, o.rule_id) > (%(a_due)s, %(a_subject)s, %(a_rule)s)"
         params |= {"a_due": after.due_on, "a_subject": after.subject_id, "a_rule": after.rule_id}
     params |= _params(tx, watched, as_of) | {"limit": limit + 1}
-    rows = tx.conn.execute(_SELECT + where + _ORDER + " LIMIT %(limit)s", params).fetchall()
+    rows = tx.conn.execute(_statement(where, limited=True), params).fetchall()
     cal = load_calendar(tx)
     page = _judged(tx, [_obligation(r, watched, cal) for r in rows[:limit]], watched)
     more = Cursor(page[-1].due_on, page[-1].subject_id, page[-1].rule_id) if len(rows) > limit else None
@@ -254,7 +268,7 @@ def iter_obligations(tx: TenantTx, filters: ObligationFilter, as_of: datetime,
     params |= _params(tx, watched, as_of)
     with tx.conn.cursor(name="obligations_export") as cursor:
         cursor.itersize = batch_size
-        cursor.execute(_SELECT + where + _ORDER, params)
+        cursor.execute(_statement(where), params)
         while rows := cursor.fetchmany(batch_size):
             yield from _judged(tx, [_obligation(r, watched, cal) for r in rows], watched)
 
@@ -336,7 +350,7 @@ def subject_obligations(tx: TenantTx, subject_id: int, as_of: datetime) -> list[
     if not watched:
         return []
     params = _params(tx, watched, as_of, [subject_id])
-    rows = tx.conn.execute(_SELECT + "TRUE" + _ORDER, params).fetchall()
+    rows = tx.conn.execute(_statement("TRUE"), params).fetchall()
     cal = load_calendar(tx)
     return _judged(tx, [_obligation(r, watched, cal) for r in rows], watched)
 

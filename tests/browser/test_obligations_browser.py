@@ -80,6 +80,14 @@ def test_a_subject_sent_through_the_events_api_appears_on_the_obligations_page_a
     expect(row).to_contain_text("1 day before")
     expect(row).to_contain_text(f"Goes out on {short_date(due - timedelta(days=1))}")
     page.screenshot(path=artifacts / "obligations.png", full_page=True)
+    # Filtering swaps the list in place (htmx) and the export follows the filters.
+    page.get_by_label("Overdue").check()
+    expect(page.get_by_role("row").filter(has_text="CAL-K-203")).to_contain_text("2 days overdue")
+    expect(row).to_have_count(0)
+    expect(page.locator("#export-csv")).to_have_attribute("href", "/obligations.csv?overdue=1")
+    assert "overdue=1" in page.url  # the filtered list has an address of its own
+    page.get_by_role("link", name="Clear").click()
+    expect(row).to_have_count(1)
     row.get_by_role("link", name="CAL-B-1").click()
     expect(page.get_by_role("heading", name="CAL-B-1 · Weighbridge WB-9")).to_be_visible()
     expect(page.locator("#notices-title ~ .ledger")).to_contain_text("7 days before")
