@@ -54,7 +54,7 @@ OUTCOME_LABELS = {
 
 
 STEP_LABELS = {
-    "claimed": "Notice claimed", "skipped": "Skipped (window passed)", "cancelled": "Cancelled",
+    "claimed": "Notice claimed", "skipped": "Skipped", "cancelled": "Cancelled",
     "due": "Due now", "scheduled": "Scheduled", "passed": "Window passed",
 }
 
