@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import date, datetime, timedelta
 from enum import StrEnum
@@ -181,8 +181,9 @@ def _cell(value: object) -> object:
     return value
 
 
-def csv_lines(rows: Iterable[LedgerRow]) -> Iterator[str]:
-    """The header, then one CSV line per row, produced as the rows arrive."""
+def csv_rows(header: Sequence[str], rows: Iterable[Iterable[object]]) -> Iterator[str]:
+    """The header, then one CSV line per row (cells made safe by _cell), produced as the
+    rows arrive: the ledger's export and the obligations' share it."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
 
@@ -193,9 +194,14 @@ def csv_lines(rows: Iterable[LedgerRow]) -> Iterator[str]:
         buffer.truncate()
         return text
 
-    yield line(LEDGER_FIELDS)
+    yield line(header)
     for row in rows:
-        yield line(_cell(getattr(row, name)) for name in LEDGER_FIELDS)
+        yield line(_cell(value) for value in row)
+
+
+def csv_lines(rows: Iterable[LedgerRow]) -> Iterator[str]:
+    """The ledger's header, then one CSV line per row."""
+    return csv_rows(LEDGER_FIELDS, ((getattr(row, name) for name in LEDGER_FIELDS) for row in rows))
 
 
 @dataclass(frozen=True)

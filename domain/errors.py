@@ -17,6 +17,11 @@ class NotFound(TocsinError):
     """The thing named does not exist (or is not visible to the caller)."""
 
 
+class Forbidden(TocsinError):
+    """The caller is who they say, but their role may not do this (a team member on an
+    administrator's page)."""
+
+
 class Conflict(TocsinError):
     """The thing to create exists already."""
 
@@ -29,7 +34,3 @@ class Busy(TocsinError):
         super().__init__(message)
         self.retry_after = retry_after  # seconds worth waiting before trying again
         self.own_share = own_share
-
-
-class Forbidden(TocsinError):
-    """The signed-in person may not do this (a team member on an administrators' page)."""

@@ -30,6 +30,7 @@ from portal.openapi import api_documentation
 from portal.ratelimit import ApiKeyRateLimit, LoginThrottle, PasswordChecks
 from portal.redaction import install_log_redaction
 from portal.routes import (
+    api_keys,
     events_api,
     evidence,
     health,
@@ -40,6 +41,7 @@ from portal.routes import (
     login,
     members,
     metrics,
+    obligations,
     preferences,
     rule_builder,
     rule_dry_run,
@@ -134,7 +136,7 @@ def create_app(
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
-            *preferences.ROUTES, *unsubscribe.ROUTES,
+            *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},

@@ -53,10 +53,29 @@ OUTCOME_LABELS = {
 }
 
 
+STEP_LABELS = {
+    "claimed": "Notice claimed", "skipped": "Skipped", "cancelled": "Cancelled",
+    "due": "Due now", "scheduled": "Scheduled", "passed": "Window passed",
+}
+
+
+def offset_label(offset: int, business_days: bool = False) -> str:
+    """'30 days before', 'On the due date', '7 working days after'."""
+    if offset == 0:
+        return "On the due date"
+    unit = "working day" if business_days else "day"
+    days = abs(offset)
+    return f"{days} {unit}{'s' if days != 1 else ''} {'before' if offset < 0 else 'after'}"
+
+
 def threshold_label(threshold: str) -> str:
     """'30 days before', 'Expiry day', ...: never the internal code."""
     if threshold in THRESHOLD_LABELS:
         return THRESHOLD_LABELS[threshold]
+    if threshold.startswith("offset:") and threshold[7:].lstrip("+-").isdigit():
+        return offset_label(int(threshold[7:]))
+    if threshold.startswith("tat:"):
+        return "Turnaround breached"
     if threshold[:1] == "d" and threshold[1:].isdigit():
         days = int(threshold[1:])
         return f"{days} day{'s' if days != 1 else ''} before expiry"
@@ -90,6 +109,11 @@ def local_datetime(moment: datetime, zone: str) -> str:
     return f"{local.day} {local:%b %Y, %H:%M}"
 
 
+def short_date(day: date) -> str:
+    """'5 Dec 2026'."""
+    return f"{day.day} {day:%b %Y}"
+
+
 def long_date(day: date) -> str:
     """'31 March 2027'."""
     return f"{day.day} {day:%B %Y}"
@@ -118,6 +142,9 @@ def build_environment(globals_: dict[str, Any]) -> Environment:
         ago=ago,
         local_datetime=local_datetime,
         long_date=long_date,
+        short_date=short_date,
+        offset_label=offset_label,
+        step_label=lambda state: STEP_LABELS.get(state, state),
         local_href=local_href,
         link_label=link_label,
         role_label=lambda role: ROLE_LABELS.get(role, str(role)),

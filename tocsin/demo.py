@@ -1,8 +1,9 @@
 """The demo tenant: clients whose licences sit at different points of the cadence, so the
 first tick produces reminders, an expiry and a grace nudge; one person in quiet hours that
 end a minute or two after the first start, so a deferred email is seen released by the
-sweeper; and a fraud-case desk with two rules and a few events (tocsin/demo_fraud.py).
-Idempotent."""
+sweeper; a fraud-case desk with two rules and a few events (tocsin/demo_fraud.py); and
+legal-metrology sites in three zones whose calibration certificates fall due within 40 days,
+watched by a time rule (tocsin/demo_metrology.py). Idempotent."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from db.users import create_user
 from domain.identity import Plan, Role
 from domain.quiet_hours import DEFAULT_DIGEST_TIME, DEFAULT_WEEKLY_DAY, QuietHours
 from tocsin.demo_fraud import seed_fraud_desk
+from tocsin.demo_metrology import seed_metrology
 
 DEMO_SLUG = "demo"
 DEMO_ZONE = "Europe/London"
@@ -68,6 +70,7 @@ def seed_demo(today: date | None = None) -> Iterator[str]:
                               weekly_day=DEFAULT_WEEKLY_DAY, zone=user_zone)
     yield from _logins("Seeded the demo tenant.")
     yield from seed_fraud_desk(DEMO_SLUG, DEMO_PASSWORD)
+    yield from seed_metrology(DEMO_SLUG, DEMO_PASSWORD, now)
     if quiet is not None:
         yield (f"{QUIET_USER} is in quiet hours until {quiet.end:%H:%M} (her local time): her "
                "reminder email waits, and the sweeper sends it once they end.")
