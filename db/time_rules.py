@@ -17,7 +17,9 @@ to SQL (db/condition_sql.py); when a tree cannot be said in SQL exactly, the sta
 selects the candidates, the tree is evaluated in Python with targeted loading, and a second
 statement claims the survivors.
 
-Turnaround rules: the subjects whose timestamp is old enough and whose occurrence is not
+Turnaround rules: the subjects whose timestamp is old enough (read through the product,
+status and timestamp indexes of migration 0011 when the condition names the status, as it
+usually does: the open subjects, not the years of closed ones) and whose occurrence is not
 yet claimed, their breach instant computed by the domain (one source of truth for hours,
 local days and working days), then one claim for those in breach.
 
