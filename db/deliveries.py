@@ -38,7 +38,8 @@ _TO_ACCEPTED = guard(Status.ACCEPTED)
 
 # Why a due delivery is no longer wanted, checked in the claiming transaction. Subject
 # eligibility is per rule: a licence notice is about one due date, and stops applying
-# once the client's licence has moved to another (a renewal) or the claim was cancelled.
+# once the client's licence has moved to another (a renewal) or the claim was cancelled;
+# so is a due-date time rule's notice (the field moved to another date, or was removed).
 _VERDICT = """
     CASE
         WHEN u.deactivated_at IS NOT NULL THEN 'recipient deactivated before the send'
@@ -49,7 +50,26 @@ _VERDICT = """
         WHEN l.rule = 'licence' AND l.subject_kind = 'client'
              AND (c.id IS NULL OR c.access_expires_on <> l.due_on)
             THEN 'licence renewed: this notice was for ' || to_char(l.due_on, 'YYYY-MM-DD')
+        WHEN t.rule_id IS NOT NULL AND t.due IS NULL THEN 'due date removed'
+        WHEN t.rule_id IS NOT NULL AND t.due <> l.due_on
+            THEN 'due date moved from ' || to_char(l.due_on, 'YYYY-MM-DD') || ' to '
+                 || to_char(t.due, 'YYYY-MM-DD')
     END
+"""
+
+# A notice of a due-date time rule is about one date: the date its subject's field holds
+# now (db/moved_due_dates.py cancels the same claims; this is the last-moment check, for a
+# date moved while the claim was being made).
+_DUE_NOW = """
+    LEFT JOIN LATERAL (
+        SELECT r.id AS rule_id,
+               (SELECT iso_date_or_null(f.value #>> '{}') FROM subject_fields f
+                WHERE f.subject_id = l.subject_id AND jsonb_typeof(f.value) = 'string'
+                  AND f.name = substr(r.definition #>> '{trigger,due,fact}', 7)) AS due
+        FROM rules r
+        WHERE r.id = l.rule_id AND l.subject_kind = 'subject' AND l.threshold LIKE 'offset:%%'
+          AND r.definition #>> '{trigger,due,fact}' LIKE 'field.%%'
+    ) t ON true
 """
 
 
@@ -101,6 +121,7 @@ def lock_due_deliveries(tx: TenantTx, delivery_ids: list[int]) -> list[DueDelive
         JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
         LEFT JOIN notification_ledger l ON l.id = coalesce(n.ledger_id, g.ledger_id)
         LEFT JOIN clients c ON l.subject_kind = 'client' AND c.id = l.subject_id
+        {_DUE_NOW}
         WHERE d.id = ANY(%s) AND d.status = ANY(%s) AND d.send_after <= now()
         ORDER BY d.id
         FOR UPDATE OF d

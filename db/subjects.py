@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
 
+from db.moved_due_dates import cancel_moved_due_dates
 from domain.events import EventIn, InvalidEvents, JsonValue, Problem, SubjectState, apply_event
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
@@ -228,7 +229,31 @@ def update_register(cur: Cursor, schema: str, events: Sequence[EventIn],
     else:
         changes = fresh_changes
     _write(cur, schema, events, subject_of, before, after, known)
+    _cancel_moved_due_dates(cur, schema, events, subject_of, before, after)
     return [Placed(sid, found) for sid, found in zip(subject_of, changes, strict=True)]
+
+
+_MISSING = object()
+
+
+def _cancel_moved_due_dates(cur: Cursor, schema: str, events: Sequence[EventIn], subject_of: Sequence[int],
+                            before: dict[int, SubjectState], after: dict[int, SubjectState]) -> int:
+    """In the transaction that writes them: the fields this batch gave a new value (or
+    removed, as a null does) on subjects registered before it may be the due date of a
+    time rule, whose notices still waiting for the old date are cancelled now, before any
+    of them can be sent (db/moved_due_dates.py). One statement when nothing was waiting."""
+    changed: set[tuple[int, str]] = set()
+    for e, sid in zip(events, subject_of, strict=True):
+        if sid not in before:  # registered by this batch: no notice claimed yet
+            continue
+        for name in e.subject.fields:
+            old, new = before[sid].fields.get(name, _MISSING), after[sid].fields[name]
+            if old != new or type(old) is not type(new):
+                changed.add((sid, name))
+    if not changed:
+        return 0
+    return cancel_moved_due_dates(cur, schema, sorted({sid for sid, _ in changed}),
+                                  sorted({name for _, name in changed}))
 
 
 def _write(cur: Cursor, schema: str, events: Sequence[EventIn], subject_of: Sequence[int],

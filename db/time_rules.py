@@ -17,7 +17,9 @@ to SQL (db/condition_sql.py); when a tree cannot be said in SQL exactly, the sta
 selects the candidates, the tree is evaluated in Python with targeted loading, and a second
 statement claims the survivors.
 
-Turnaround rules: the subjects whose timestamp is old enough and whose occurrence is not
+Turnaround rules: the subjects whose timestamp is old enough (read through the product,
+status and timestamp indexes of migration 0011 when the condition names the status, as it
+usually does: the open subjects, not the years of closed ones) and whose occurrence is not
 yet claimed, their breach instant computed by the domain (one source of truth for hours,
 local days and working days), then one claim for those in breach.
 
@@ -26,10 +28,12 @@ a rule edited after the scan read it claims nothing in this scan (the version no
 matches), and the next scan applies the new version; the ledger key has no version, so an
 edit can never make a notice claimed twice.
 
-A due date moved (the field now holds another date): the old date's claims that are still
-waiting (not prepared, or with an email not yet sent) are cancelled with the reason, their
-waiting emails cancelled and their unread inbox rows archived; the new date is a new
-occurrence and its cycle is claimed normally.
+A due date moved (the field now holds another date) or removed: the old date's claims that
+are still waiting (not prepared, or with an email not yet sent) are cancelled with the
+reason, their waiting emails cancelled and their unread inbox rows archived
+(db/moved_due_dates.py); the new date is a new occurrence and its cycle is claimed
+normally. The subject register cancels them in the transaction that writes the field; the
+scan cancels them again for a host that writes subject_fields by the table contract.
 """
 
 from __future__ import annotations
@@ -39,9 +43,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from psycopg.rows import tuple_row
+
 from db.calendar import load_calendar
 from db.condition_sql import CompiledConditions, compile_conditions
 from db.facts import load_facts_of_subjects
+from db.moved_due_dates import cancel_moved_due_dates
 from db.tenancy import TenantTx
 from domain.conditions import Facts, evaluate
 from domain.obligations import (
@@ -63,7 +70,7 @@ _TIMESTAMPS = {"created": "created_at", "assigned": "assigned_at", "status_chang
 class TimeClaimCounts:
     claimed: int = 0  # ledger rows claimed (to be prepared and sent)
     skipped: int = 0  # ledger rows recorded as skipped (their window had passed)
-    cancelled: int = 0  # waiting claims cancelled because their due date moved
+    cancelled: int = 0  # waiting claims cancelled because their due date moved or was removed
 
 
 @dataclass(frozen=True)
@@ -277,87 +284,6 @@ def _claim_turnaround(tx: TenantTx, rule: TimeRule, as_of: datetime,
     return _claim_chosen(tx, params, chosen)
 
 
-# --- moved due dates ----------------------------------------------------------------------
-
-# The claims of due-date rules still waiting (not prepared yet, or with an email not yet
-# sent) whose subject's due field now holds another date, locked in id order.
-_MOVED = f"""
-WITH r AS (
-    SELECT * FROM unnest(%(rule_ids)s::bigint[], %(fields)s::text[]) AS r(rule_id, field)
-), waiting AS (
-    SELECT l.id FROM notification_ledger l
-    WHERE l.rule_id = ANY(%(rule_ids)s) AND l.status = 'claimed' AND l.prepared_at IS NULL
-      AND l.prepare_failed_at IS NULL
-    UNION
-    SELECT n.ledger_id FROM notification_deliveries d
-    JOIN notifications n ON n.id = d.notification_id
-    WHERE d.status IN ('pending', 'deferred', 'batched') AND n.ledger_id IS NOT NULL
-)
-SELECT l.id, l.due_on, cur.due
-FROM waiting w
-JOIN notification_ledger l ON l.id = w.id
-JOIN r ON r.rule_id = l.rule_id
-JOIN LATERAL (
-    SELECT iso_date_or_null(f.value #>> '{{}}') AS due FROM subject_fields f
-    WHERE f.subject_id = l.subject_id AND f.name = r.field AND jsonb_typeof(f.value) = 'string'
-) cur ON cur.due IS NOT NULL AND cur.due <> l.due_on
-WHERE l.status = 'claimed' AND l.subject_kind = '{SUBJECT_KIND}' AND l.threshold LIKE 'offset:%%'
-  AND l.delivered_at IS NULL
-ORDER BY l.id
-FOR UPDATE OF l
-"""
-
-_CANCEL_DELIVERIES = """
-UPDATE notification_deliveries d
-SET status = 'cancelled', status_reason = m.reason, updated_at = now()
-FROM notifications n, unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
-WHERE n.ledger_id = m.id AND d.notification_id = n.id
-  AND d.status IN ('pending', 'deferred', 'batched')
-"""
-
-# The claim itself is cancelled once none of its emails is in flight or sent; its unread
-# inbox rows, which now name a date that no longer holds, are archived.
-_CANCEL_CLAIMS = """
-WITH cancelled AS (
-    UPDATE notification_ledger l
-    SET status = 'cancelled', status_reason = m.reason, cancelled_at = now()
-    FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
-    WHERE l.id = m.id AND l.status = 'claimed' AND l.delivered_at IS NULL
-      AND NOT EXISTS (
-          SELECT 1 FROM notifications n JOIN notification_deliveries d ON d.notification_id = n.id
-          WHERE n.ledger_id = l.id AND d.status <> 'cancelled')
-    RETURNING l.id
-), archived AS (
-    UPDATE notifications n SET archived_at = now()
-    FROM cancelled c
-    WHERE n.ledger_id = c.id AND n.read_at IS NULL AND n.archived_at IS NULL
-)
-SELECT count(*) FROM cancelled
-"""
-
-
-def moved_reason(old: object, new: object) -> str:
-    return f"due date moved from {old} to {new}"
-
-
-def cancel_moved_due_dates(tx: TenantTx, rules: list[TimeRule]) -> int:
-    """Cancel the waiting claims of these due-date rules whose due date has moved."""
-    due_rules = [r for r in rules if r.definition.trigger.due is not None]
-    if not due_rules:
-        return 0
-    moved = tx.conn.execute(_MOVED, {
-        "rule_ids": [r.id for r in due_rules],
-        "fields": [r.definition.trigger.due.field for r in due_rules],  # type: ignore[union-attr]
-    }).fetchall()
-    if not moved:
-        return 0
-    params = {"ids": [int(str(m[0])) for m in moved],
-              "reasons": [moved_reason(m[1], m[2]) for m in moved]}
-    tx.conn.execute(_CANCEL_DELIVERIES, params)
-    row = tx.conn.execute(_CANCEL_CLAIMS, params).fetchone()
-    return int(str(row[0])) if row else 0
-
-
 # --- the scan -----------------------------------------------------------------------------
 
 
@@ -371,7 +297,8 @@ def claim_time_rules(tx: TenantTx, as_of: datetime) -> TimeClaimCounts:
     rules = time_rules(tx)
     if not rules:
         return TimeClaimCounts()
-    cancelled = cancel_moved_due_dates(tx, rules)
+    with tx.conn.cursor(row_factory=tuple_row) as cur:  # a host may write fields without the register
+        cancelled = cancel_moved_due_dates(cur, tx.tenant.schema)
     cal = load_calendar(tx)
     claimed = skipped = 0
     for rule in rules:

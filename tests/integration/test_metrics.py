@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from actors.metrics import WORKER_REGISTRY, install_endpoint
-from actors.scan import run_scan
+from actors.scan import run_scan, scan_tenant
 from db.delivery_totals import CHANNELS, OPEN_STATUSES
 from db.tenancy import Tenant
 from domain.delivery import ErrorClass
@@ -32,6 +32,13 @@ from portal.metrics import WebCollector
 from portal.settings import load_portal_settings
 from tests.integration.builders import add_client, scalar
 from tests.integration.conftest import WAIT_LIMIT, RunningWorker, new_tenant, remove_tenant, wait_until
+from tests.integration.time_rule_support import (
+    add_certificate,
+    add_metrology,
+    add_time_rule,
+    move_due,
+    time_rule,
+)
 from tests.support.faulty_ses import FaultySes
 from tests.support.procfile_stack import ROOT, ProcfileStack, environment
 from tocsin.config import ConfigError, load_settings
@@ -86,6 +93,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     try:
         today = datetime.now(ZoneInfo(tenant.time_zone)).date()
         add_client(tenant, today + timedelta(days=7), name="Counted Ltd")
+        add_obligation(tenant, today + timedelta(days=7))  # claimed at -7, skipped at -30
         stack.start_all()
         wait_until(lambda: scalar(tenant, "SELECT count(*) FROM notification_deliveries "
                                           "WHERE channel = 'email' AND status = 'accepted'") == 1,
@@ -99,6 +107,14 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     assert not samples.exists(), "tocsin worker removes its sample directory when it stops"
 
 
+def add_obligation(tenant: Tenant, due: date) -> int:
+    """A certificate due on ``due`` under a time rule that notifies no one (no email to
+    wait for): only the scan's claims are counted."""
+    add_metrology(tenant)
+    add_time_rule(tenant, time_rule(actions={**time_rule()["actions"], "channels": ["in_app"]}))
+    return add_certificate(tenant, "M-1", due)
+
+
 def web_samples(running: Running) -> list[Sample]:
     return scrape(f"{running.stack.portal_url}/metrics")
 
@@ -109,12 +125,16 @@ def test_the_worker_endpoint_counts_the_scans_claim_the_provider_call_and_dramat
     def counted() -> bool:
         samples = try_scrape(running.worker_url)
         return (value(samples, "tocsin_scan_claims_total", rule="licence", outcome="claimed") >= 1
+                and value(samples, "tocsin_scan_claims_total", rule="time", outcome="claimed") >= 1
+                and value(samples, "tocsin_scan_claims_total", rule="time", outcome="skipped") >= 1
                 and value(samples, "tocsin_email_attempts_total") >= 1
                 and value(samples, "dramatiq_messages_total", actor_name="deliver_email") >= 1)
 
     wait_until(counted, "the worker's endpoint to count the scan and the delivery")
     samples = scrape(running.worker_url)
     assert value(samples, "tocsin_scan_duration_seconds_count") >= 1
+    assert [s.name for s in samples if s.name == "tocsin_scan_time_cancelled_total"] \
+        == ["tocsin_scan_time_cancelled_total"]  # exported before anything was cancelled
     assert value(samples, "dramatiq_messages_total", actor_name="scan_tenant") >= 1
     # The provider accepted the one call: every error class is there, at zero.
     assert {s.labels["error_class"] for s in samples if s.name == "tocsin_email_errors_total"} \
@@ -273,7 +293,30 @@ def _worker_counts() -> dict[str, float]:
 
     return {"attempts": get("tocsin_email_attempts_total"),
             **{c.value: get("tocsin_email_errors_total", error_class=c.value) for c in ErrorClass},
-            "claimed": get("tocsin_scan_claims_total", rule="licence", outcome="claimed")}
+            "claimed": get("tocsin_scan_claims_total", rule="licence", outcome="claimed"),
+            **{f"time {o}": get("tocsin_scan_claims_total", rule="time", outcome=o)
+               for o in ("claimed", "skipped")},
+            "time cancelled": get("tocsin_scan_time_cancelled_total")}
+
+
+def test_the_scan_counts_time_rule_claims_skips_and_cancelled_moves(tenant: Tenant) -> None:
+    as_of = datetime(2027, 6, 1, 12, 0, tzinfo=UTC)
+    moved = add_obligation(tenant, as_of.date() + timedelta(days=7))
+    run_scan(tenant.slug, as_of)  # claimed at -7; its preparation message is lost below
+    worker = RunningWorker()  # starts from empty queues: the claim waits unprepared
+    try:
+        # A host moves the date by the table contract, past the register; another
+        # certificate becomes due: the next scan cancels one and claims and skips the others.
+        move_due(tenant, moved, as_of.date() + timedelta(days=20))
+        add_certificate(tenant, "M-2", as_of.date() + timedelta(days=7))
+        before = _worker_counts()
+        scan_tenant.send(tenant.slug, (as_of + timedelta(hours=1)).isoformat())
+        worker.drain()
+        after = _worker_counts()
+    finally:
+        worker.stop()
+    assert {k: after[k] - before[k] for k in ("time claimed", "time skipped", "time cancelled")} \
+        == {"time claimed": 2, "time skipped": 1, "time cancelled": 1}
 
 
 def test_a_rejected_send_counts_one_provider_call_and_one_permanent_error(
