@@ -217,6 +217,11 @@ def run_everything(demo: bool | None = None) -> None:
             print(f"  Sent email (local SES): {settings.ses_endpoint_url}/moto-api/data.json",
                   flush=True)
         print(f"  Status:  {status_command(services.env)}", flush=True)
+        # From the banner on, Ctrl-C stops the processes in order instead of interrupting
+        # this one: one that comes before honcho has started is handed to it once it has.
+        asked: list[int] = []
+        signal.signal(signal.SIGINT, lambda s, f: asked.append(s))
+        signal.signal(signal.SIGTERM, lambda s, f: asked.append(s))
         print("  Press Ctrl-C to stop everything.\n", flush=True)
         env = procfile_environment(env, settings.portal_url)
         process = subprocess.Popen(
@@ -229,6 +234,8 @@ def run_everything(demo: bool | None = None) -> None:
         # Ctrl-C reaches honcho too (same terminal); let it stop its processes in order.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, lambda s, f: process.send_signal(signal.SIGTERM))
+        if asked:
+            process.send_signal(signal.SIGTERM)
         process.wait()
     finally:
         print("Stopping embedded services ...", flush=True)
