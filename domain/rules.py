@@ -1,6 +1,11 @@
-"""Event rule definitions (creation and update rules): parsed and validated as a whole on
-save, every error reported at once with its JSON path, and the summary of what an edit
-changed for the rule's version history."""
+"""Rule definitions (creation, update and time-trigger rules): parsed and validated as a
+whole on save, every error reported at once with its JSON path, and the summary of what an
+edit changed for the rule's version history.
+
+A time rule ("kind": "time") is evaluated by the clock's scan, not by an event: its trigger
+names a due date (a date fact and offsets around it) or a turnaround (hours or days after a
+system timestamp), and its conditions say "while this still holds". With no event at hand,
+it may not read event.* facts nor the changed/changed_to/changed_from operators."""
 
 from __future__ import annotations
 
@@ -11,18 +16,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.conditions import (
+    CHANGE_OPS,
     PathError,
     WantedFacts,
     facts_to_load,
     is_scalar,
+    parse_fact,
     validate,
 )
 from domain.errors import InvalidInput
 from domain.identity import EMAIL_MAX_LENGTH, EMAIL_PATTERN
+from domain.obligations import (
+    MAX_OFFSET,
+    MAX_OFFSETS,
+    MAX_TURNAROUND_DAYS,
+    MAX_TURNAROUND_HOURS,
+    TURNAROUND_AFTER,
+    DueDate,
+    Turnaround,
+)
 
-KINDS = ("created", "updated")  # time-trigger rules are a later issue
+KINDS = ("created", "updated", "time")
+EVENT_KINDS = ("created", "updated")
 CHANNELS = ("email", "in_app")
-CATEGORIES = ("case_alert", "case_update")
+CATEGORIES = ("case_alert", "case_update")  # of event rules
+TIME_CATEGORIES = ("obligation_due", "case_alert", "case_update")
+TIME_CATEGORY = "obligation_due"  # a time rule's category when it names none
 RECIPIENT_TYPES = ("assignees", "role", "head", "user", "address")
 CODE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 ROLE = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -57,6 +76,8 @@ class Trigger:
     types: tuple[str, ...]
     subject_kind: str | None
     metadata: Mapping[str, object]
+    due: DueDate | None = None  # time rules: exactly one of due and turnaround
+    turnaround: Turnaround | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,15 @@ class RuleDefinition:
             trigger["subject_kind"] = self.trigger.subject_kind
         if self.trigger.metadata:
             trigger["metadata"] = dict(self.trigger.metadata)
+        if self.trigger.due:
+            due = self.trigger.due
+            trigger["due"] = {"fact": due.fact, "offsets": list(due.offsets),
+                              "business_days": due.business_days}
+        if self.trigger.turnaround:
+            tat = self.trigger.turnaround
+            trigger["turnaround"] = {"after": tat.after, **(
+                {"hours": tat.hours} if tat.hours is not None else
+                {"days": tat.days, "business_days": tat.business_days})}
         return {"name": self.name, "product": self.product, "kind": self.kind, "trigger": trigger,
                 "conditions": self.conditions, "filters": self.filters, "actions": self.actions}
 
@@ -123,10 +153,17 @@ def _build(data: Mapping[str, Any]) -> RuleDefinition:
     trigger = data.get("trigger") or {}
     actions = dict(data["actions"])
     actions.setdefault("critical", False)
+    if data["kind"] == "time":
+        actions.setdefault("category", TIME_CATEGORY)
+    due, tat = trigger.get("due"), trigger.get("turnaround")
     return RuleDefinition(
         name=data["name"].strip(), product=data["product"], kind=data["kind"],
         trigger=Trigger(tuple(trigger.get("types") or ()), trigger.get("subject_kind"),
-                        dict(trigger.get("metadata") or {})),
+                        dict(trigger.get("metadata") or {}),
+                        DueDate(due["fact"], tuple(sorted(due["offsets"])),
+                                bool(due.get("business_days", False))) if due else None,
+                        Turnaround(tat["after"], tat.get("hours"), tat.get("days"),
+                                   bool(tat.get("business_days", False))) if tat else None),
         conditions=data.get("conditions") or EMPTY_TREE, filters=data.get("filters") or EMPTY_TREE,
         actions=actions, enabled=data.get("enabled"))
 
@@ -155,13 +192,19 @@ def rule_errors(data: object, template_check: TemplateCheck = check_with_sandbox
         err("product", "a product code such as 'fraud' (lower case letters, digits, _)")
     kind = data.get("kind")
     if kind not in KINDS:
-        err("kind", f"{kind!r} is not a rule kind: use created or updated")
-    _trigger_errors(data.get("trigger"), kind, at("trigger"), errors)
-    if "conditions" in data:
-        errors.extend(validate(data["conditions"], at("conditions")))
-    if "filters" in data:
-        errors.extend(validate(data["filters"], at("filters")))
-    _action_errors(data.get("actions"), at("actions"), template_check, errors)
+        err("kind", f"{kind!r} is not a rule kind: use created, updated or time")
+    if kind == "time":
+        _time_trigger_errors(data.get("trigger"), at("trigger"), errors)
+    else:
+        _trigger_errors(data.get("trigger"), kind, at("trigger"), errors)
+    for key in ("conditions", "filters"):
+        if key in data:
+            found = validate(data[key], at(key))
+            errors.extend(found)
+            if kind == "time" and not found:
+                errors.extend(_eventless_errors(data[key], at(key)))
+    _action_errors(data.get("actions"), at("actions"), template_check, errors,
+                   time_rule=kind == "time")
     if "enabled" in data and not isinstance(data["enabled"], bool):
         err("enabled", "true or false")
     return errors
@@ -203,8 +246,101 @@ def _trigger_errors(trigger: object, kind: object, at: str, errors: list[PathErr
                                             "a string, number, boolean or null to match"))
 
 
+def _time_trigger_errors(trigger: object, at: str, errors: list[PathError]) -> None:
+    def err(key: str, message: str) -> None:
+        errors.append(PathError(f"{at}.{key}" if key else at, message))
+
+    if not isinstance(trigger, dict):
+        err("", "a time rule's trigger is an object {subject_kind, due} or {subject_kind, turnaround}")
+        return
+    for extra in sorted(set(trigger) - {"subject_kind", "due", "turnaround"}):
+        err(extra, "unknown key (a time rule's trigger has subject_kind and due or turnaround)")
+    sk = trigger.get("subject_kind")
+    if sk is not None and (not isinstance(sk, str) or not CODE.fullmatch(sk)):
+        err("subject_kind", f"{sk!r} is not a subject kind")
+    if ("due" in trigger) == ("turnaround" in trigger):
+        err("", "a time rule's trigger has either due or turnaround (exactly one)")
+    if "due" in trigger:
+        _due_errors(trigger["due"], f"{at}.due", errors)
+    if "turnaround" in trigger:
+        _turnaround_errors(trigger["turnaround"], f"{at}.turnaround", errors)
+
+
+def _due_errors(due: object, at: str, errors: list[PathError]) -> None:
+    def err(key: str, message: str) -> None:
+        errors.append(PathError(f"{at}.{key}" if key else at, message))
+
+    if not isinstance(due, dict):
+        err("", "a due date is an object {fact, offsets, business_days}")
+        return
+    for extra in sorted(set(due) - {"fact", "offsets", "business_days"}):
+        err(extra, "unknown key (a due date has fact, offsets, business_days)")
+    fact = parse_fact(due.get("fact"))
+    if fact is None or fact.family != "field":
+        err("fact", f"{due.get('fact')!r} is not a date field: use field.<name> (an ISO date)")
+    offsets = due.get("offsets")
+    if not isinstance(offsets, list) or not 1 <= len(offsets) <= MAX_OFFSETS:
+        err("offsets", f"a list of 1 to {MAX_OFFSETS} offsets in days, e.g. [-30, -7, -1, 0]")
+    else:
+        for i, o in enumerate(offsets):
+            if not isinstance(o, int) or isinstance(o, bool) or not -MAX_OFFSET <= o <= MAX_OFFSET:
+                err(f"offsets[{i}]", f"{o!r} is not a whole number of days from -{MAX_OFFSET} "
+                    f"to {MAX_OFFSET}")
+        if len(set(map(str, offsets))) != len(offsets):
+            err("offsets", "an offset is named twice")
+    if "business_days" in due and not isinstance(due["business_days"], bool):
+        err("business_days", "true or false")
+
+
+def _turnaround_errors(tat: object, at: str, errors: list[PathError]) -> None:
+    def err(key: str, message: str) -> None:
+        errors.append(PathError(f"{at}.{key}" if key else at, message))
+
+    if not isinstance(tat, dict):
+        err("", "a turnaround is an object {after, hours} or {after, days, business_days}")
+        return
+    for extra in sorted(set(tat) - {"after", "hours", "days", "business_days"}):
+        err(extra, "unknown key (a turnaround has after, hours or days, business_days)")
+    if tat.get("after") not in TURNAROUND_AFTER:
+        err("after", f"{tat.get('after')!r} is not a timestamp: use {', '.join(TURNAROUND_AFTER)}")
+    if ("hours" in tat) == ("days" in tat):
+        err("", "a turnaround has hours or days (exactly one)")
+    for unit, bound in (("hours", MAX_TURNAROUND_HOURS), ("days", MAX_TURNAROUND_DAYS)):
+        if unit in tat:
+            n = tat[unit]
+            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= bound:
+                err(unit, f"a whole number of {unit} from 1 to {bound}")
+    if "business_days" in tat:
+        if not isinstance(tat["business_days"], bool):
+            err("business_days", "true or false")
+        elif tat["business_days"] and "days" not in tat:
+            err("business_days", "business days count days, not hours")
+
+
+def _eventless_errors(tree: object, at: str) -> list[PathError]:
+    """A time rule runs with no event: no event.* fact, no change operator."""
+    errors: list[PathError] = []
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict) and len(node) == 1 and next(iter(node)) in ("all", "any"):
+            key, items = next(iter(node.items()))
+            for i, item in enumerate(items or []):
+                walk(item, f"{where}.{key}[{i}]")
+        elif isinstance(node, dict):
+            fact = parse_fact(node.get("fact"))
+            if fact is not None and fact.family == "event":
+                errors.append(PathError(f"{where}.fact", "a time rule has no event: use field.*, "
+                                        "form.*, hierarchy.* or subject.* facts"))
+            if node.get("op") in CHANGE_OPS:
+                errors.append(PathError(f"{where}.op", f"a time rule has no event, so nothing "
+                                        f"{node['op']}: compare the current value instead"))
+
+    walk(tree, at)
+    return errors
+
+
 def _action_errors(actions: object, at: str, template_check: TemplateCheck,
-                   errors: list[PathError]) -> None:
+                   errors: list[PathError], time_rule: bool = False) -> None:
     def err(key: str, message: str) -> None:
         errors.append(PathError(f"{at}.{key}" if key else at, message))
 
@@ -222,8 +358,11 @@ def _action_errors(actions: object, at: str, template_check: TemplateCheck,
                 err(f"channels[{i}]", f"{c!r} is not a channel: use {', '.join(CHANNELS)}")
         if len(set(map(str, channels))) != len(channels):
             err("channels", "a channel is named twice")
-    if actions.get("category") not in CATEGORIES:
-        err("category", f"{actions.get('category')!r} is not a category: use {', '.join(CATEGORIES)}")
+    categories = TIME_CATEGORIES if time_rule else CATEGORIES
+    if time_rule and "category" not in actions:
+        pass  # obligation_due by default
+    elif actions.get("category") not in categories:
+        err("category", f"{actions.get('category')!r} is not a category: use {', '.join(categories)}")
     if "critical" in actions and not isinstance(actions["critical"], bool):
         err("critical", "true or false")
     recipients = actions.get("recipients")

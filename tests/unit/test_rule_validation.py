@@ -55,7 +55,7 @@ def test_an_update_rule_needs_trigger_types_and_a_creation_rule_has_none() -> No
 
 def test_every_error_is_reported_together_with_its_path() -> None:
     bad = good_rule()
-    bad.update({"name": " ", "product": "Fraud!", "kind": "time", "colour": "red", "enabled": "yes",
+    bad.update({"name": " ", "product": "Fraud!", "kind": "weekly", "colour": "red", "enabled": "yes",
                 "trigger": {"types": "assigned", "subject_kind": "Case", "metadata": {"form": [1]},
                             "when": 1}})
     bad["conditions"] = {"all": [{"fact": "amount", "op": "greater", "value": "x"}]}
@@ -111,3 +111,81 @@ def test_the_summary_names_what_changed() -> None:
     assert summary == ("actions changed; changed conditions.all[0]; added conditions.all[1]; "
                        "changed filters; removed filters.any[0]; disabled")
     assert describe_changes(old, copy.deepcopy(old), True, True) == ""
+
+
+# --- time-trigger rules -------------------------------------------------------------------
+
+
+def time_rule(**trigger: Any) -> dict[str, Any]:
+    return {
+        "name": "Calibration certificate due", "product": "metrology", "kind": "time",
+        "trigger": {"subject_kind": "certificate", **(trigger or {
+            "due": {"fact": "field.calibration_due", "offsets": [0, -30, -1, -7]}})},
+        "conditions": {"all": [{"fact": "subject.status", "op": "not_equals", "value": "closed"}]},
+        "actions": {"channels": ["email", "in_app"], "recipients": [{"type": "assignees"}],
+                    "template": {"title": "{{ subject.title }} due {{ due.date }}", "body": "x"}},
+    }
+
+
+def test_a_time_rule_parses_with_offsets_ascending_and_its_category_by_default() -> None:
+    rule = parse_rule(time_rule(), refuse_loops)
+    assert rule.kind == "time" and rule.trigger.turnaround is None
+    assert rule.trigger.due is not None and rule.trigger.due.offsets == (-30, -7, -1, 0)
+    assert rule.trigger.due.field == "calibration_due" and not rule.trigger.due.business_days
+    assert rule.actions["category"] == "obligation_due"
+    assert rule.to_json()["trigger"]["due"]["offsets"] == [-30, -7, -1, 0]
+    assert parse_rule(rule.to_json(), refuse_loops) == rule
+
+
+def test_a_turnaround_rule_parses_in_hours_or_working_days() -> None:
+    hours = parse_rule(time_rule(turnaround={"after": "assigned", "hours": 48}), refuse_loops)
+    assert hours.trigger.turnaround is not None and hours.trigger.turnaround.hours == 48
+    days = parse_rule(time_rule(turnaround={"after": "created", "days": 2, "business_days": True}),
+                      refuse_loops)
+    assert days.trigger.turnaround is not None and days.trigger.turnaround.business_days
+    assert parse_rule(days.to_json(), refuse_loops) == days
+
+
+@pytest.mark.parametrize(("trigger", "paths"), [
+    ({}, ["trigger"]),
+    ({"due": {"fact": "field.d", "offsets": [0]}, "turnaround": {"after": "created", "hours": 1}},
+     ["trigger"]),
+    ({"due": {"fact": "subject.status", "offsets": []}}, ["trigger.due.fact", "trigger.due.offsets"]),
+    ({"due": {"fact": "field.d", "offsets": [0, 0, 400, "1", True], "business_days": "yes",
+              "when": 1}},
+     ["trigger.due.business_days", "trigger.due.offsets", "trigger.due.offsets[2]",
+      "trigger.due.offsets[3]", "trigger.due.offsets[4]", "trigger.due.when"]),
+    ({"due": {"fact": "field.d", "offsets": list(range(13))}}, ["trigger.due.offsets"]),
+    ({"turnaround": {"after": "closed", "hours": 0}}, ["trigger.turnaround.after",
+                                                      "trigger.turnaround.hours"]),
+    ({"turnaround": {"after": "created", "hours": 4, "days": 1}}, ["trigger.turnaround"]),
+    ({"turnaround": {"after": "created", "hours": 4, "business_days": True}},
+     ["trigger.turnaround.business_days"]),
+    ({"types": ["assigned"], "due": {"fact": "field.d", "offsets": [0]}}, ["trigger.types"]),
+])
+def test_a_time_trigger_s_errors_are_reported_at_their_paths(trigger: dict[str, Any],
+                                                              paths: list[str]) -> None:
+    data = time_rule(**trigger) if trigger else {**time_rule(), "trigger": {"subject_kind": "certificate"}}
+    assert sorted(e.path for e in rule_errors(data, refuse_loops)) == sorted(paths)
+
+
+def test_a_time_rule_reads_no_event_and_no_change() -> None:
+    data = time_rule()
+    data["conditions"] = {"all": [{"fact": "event.form", "op": "equals", "value": "x"},
+                                  {"any": [{"fact": "field.a", "op": "changed"}]}]}
+    data["filters"] = {"all": [{"fact": "subject.status", "op": "changed_to", "value": "open"}]}
+    errors = {e.path: e.message for e in rule_errors(data, refuse_loops)}
+    assert sorted(errors) == ["conditions.all[0].fact", "conditions.all[1].any[0].op",
+                              "filters.all[0].op"]
+    assert "a time rule has no event" in errors["conditions.all[0].fact"]
+
+
+def test_a_time_rule_may_name_a_case_category_but_not_an_unknown_one() -> None:
+    data = time_rule()
+    data["actions"]["category"] = "case_alert"
+    assert rule_errors(data, refuse_loops) == []
+    data["actions"]["category"] = "license_expiring"
+    assert [e.path for e in rule_errors(data, refuse_loops)] == ["actions.category"]
+    event_rule = good_rule()
+    event_rule["actions"]["category"] = "obligation_due"
+    assert [e.path for e in rule_errors(event_rule, refuse_loops)] == ["actions.category"]
