@@ -27,9 +27,12 @@ import dramatiq
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from db.licences import ClaimCounts
+from db.time_rules import TimeClaimCounts
 from domain.delivery import ErrorClass
 from domain.licence import RULE as LICENCE_RULE
 from tocsin.config import ConfigError, Settings
+
+TIME_RULES = "time"  # the label of every tenant time rule's claims (rule ids are unbounded)
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's switch to shared files
 # seconds: a tenant's scan or sweep is a few transactions; minutes means something is wrong
@@ -46,6 +49,9 @@ SCAN_CLAIMS = Counter(
 SCAN_LICENCE_MOVES = Counter(
     "tocsin_scan_licence_moves", "Clients the scans moved to expired or to closed.", ["to"],
     registry=WORKER_REGISTRY)
+SCAN_TIME_CANCELLED = Counter(
+    "tocsin_scan_time_cancelled", "Waiting claims of time rules the scans cancelled because their due "
+    "date moved.", registry=WORKER_REGISTRY)
 SCAN_SECONDS = Histogram(
     "tocsin_scan_duration_seconds", "One tenant's scan, from start to its completion record (seconds).",
     buckets=RUN_BUCKETS, registry=WORKER_REGISTRY)
@@ -74,14 +80,22 @@ RELAY_BREAKERS_OPEN = Gauge(
 # with its first event reads as "no data", and the alerts would miss the first failures.
 for _outcome in ("claimed", "skipped"):
     SCAN_CLAIMS.labels(LICENCE_RULE, _outcome)
+    SCAN_CLAIMS.labels(TIME_RULES, _outcome)
 for _to in ("expired", "closed"):
     SCAN_LICENCE_MOVES.labels(_to)
 for _error_class in ErrorClass:
     EMAIL_ERRORS.labels(_error_class.value)
 
 
+def count_time_scan(counts: TimeClaimCounts) -> None:
+    """One tenant's scan of its time rules, counted beside the licence's (rule="time")."""
+    SCAN_CLAIMS.labels(TIME_RULES, "claimed").inc(counts.claimed)
+    SCAN_CLAIMS.labels(TIME_RULES, "skipped").inc(counts.skipped)
+    SCAN_TIME_CANCELLED.inc(counts.cancelled)
+
+
 def count_scan(counts: ClaimCounts) -> None:
-    """One tenant's scan, counted: the licence cadence is the only rule the scan claims for."""
+    """One tenant's licence scan, counted."""
     SCAN_CLAIMS.labels(LICENCE_RULE, "claimed").inc(counts.claimed)
     SCAN_CLAIMS.labels(LICENCE_RULE, "skipped").inc(counts.skipped)
     SCAN_LICENCE_MOVES.labels("expired").inc(counts.expired)

@@ -9,12 +9,13 @@ from datetime import UTC, datetime
 
 import dramatiq
 
-from actors.metrics import SCAN_SECONDS, count_scan
+from actors.metrics import SCAN_SECONDS, count_scan, count_time_scan
 from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
 from db.runs import fan_out_order, record_completed
 from db.tenancy import tenant_tx
+from db.time_rules import TimeClaimCounts, claim_time_rules
 from domain.identity import parse_instant
 from domain.liveness import RunKind
 
@@ -25,6 +26,7 @@ log = logging.getLogger("tocsin.scan")
 class ScanReport:
     tenant: str
     counts: ClaimCounts
+    time: TimeClaimCounts  # the tenant's time rules (obligations, turnarounds)
     prepared: int  # claims turned into inbox rows and deliveries
     enqueued: int  # email messages enqueued after commit
 
@@ -35,25 +37,32 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
 
     The emails and the live-inbox announcements go out once the transaction has committed
     (db/tenancy.py): a message must never name a row that might still roll back. If this
-    process dies before (or while) enqueueing, the sweeper sends the rows later."""
+    process dies before (or while) enqueueing, the sweeper sends the rows later.
+
+    The time rules' claims are prepared by the rules' own path once this transaction has
+    committed (their product's preparation queue; the sweeper's unprepared_rule_claims if
+    that message is lost)."""
     with tenant_tx(slug) as tx:
         counts = claim_due_milestones(tx, as_of)
+        time_counts = claim_time_rules(tx, as_of)
         prepared = prepare_claims(tx, as_of)
         to_send = schedule_due_deliveries(tx)
         # For `tocsin status` and the next tick's order; in the scan's own transaction, so
         # that a scan costs one transaction (one tenant lookup, one commit), not two.
         record_completed(tx, RunKind.SCAN)
-    return ScanReport(slug, counts, prepared, len(to_send))
+    return ScanReport(slug, counts, time_counts, prepared, len(to_send))
 
 
 @dramatiq.actor(queue_name="scan", time_limit=10 * 60_000)  # milliseconds
 def scan_tenant(slug: str, as_of: str) -> None:
     with SCAN_SECONDS.time():
         report = run_scan(slug, parse_instant(as_of))
-    c = report.counts
+    c, t = report.counts, report.time
     count_scan(c)
-    log.info("scanned tenant=%s as_of=%s claimed=%d skipped=%d expired=%d closed=%d enqueued=%d",
-             slug, as_of, c.claimed, c.skipped, c.expired, c.closed, report.enqueued)
+    count_time_scan(t)
+    log.info("scanned tenant=%s as_of=%s claimed=%d skipped=%d expired=%d closed=%d enqueued=%d "
+             "time_claimed=%d time_skipped=%d time_cancelled=%d", slug, as_of, c.claimed, c.skipped,
+             c.expired, c.closed, report.enqueued, t.claimed, t.skipped, t.cancelled)
 
 
 @dramatiq.actor(queue_name="scan", time_limit=60_000)  # milliseconds

@@ -1,8 +1,9 @@
 """Preparing the notices of tenants' rules: from a claimed ledger row to inbox rows and
 email deliveries.
 
-A rule that fires claims a ledger row (rule 'rule:<id>', threshold 'event:<id>') naming the
-rule version that fired; preparation does the work the claim deliberately left undone, as
+A rule that fires claims a ledger row (rule 'rule:<id>', threshold 'event:<id>' for an event
+rule, 'offset:<n>' or 'tat:<after>:<start>' for a time rule's scan) naming the rule version
+that fired; preparation does the work the claim deliberately left undone, as
 late as possible: the recipients are resolved now (db/recipients.py), the facts read now,
 the version's templates rendered in the sandbox (domain/templates.py), and the notices
 written by the same statement as the licence's (db/ledger.py notify_statement), with
@@ -19,16 +20,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from db.calendar import load_calendar
 from db.deliveries import schedule_deliveries
 from db.facts import load_all_facts, load_subject_facts
 from db.ledger import notify_statement, write_notices
 from db.recipients import resolve_recipients
 from db.tenancy import TenantTx, tenant_tx
 from domain.errors import TocsinError
+from domain.obligations import breach_at, offset_of, shift
 from domain.preferences import valid_category
+from domain.rules import stored_rule
 from domain.templates import TemplateRefused, render, template_context
 
 MAX_ERROR_CHARS = 500  # characters of an error kept on the ledger row
@@ -61,13 +66,15 @@ class _Claim:
     rule_version: int
     subject_id: int
     event_id: int | None
+    threshold: str = ""
+    due_on: date | None = None
 
 
 # The rule claims of these ids that are still to prepare, locked for this transaction;
 # another transaction preparing one right now keeps it (SKIP LOCKED), and one that failed
 # for good is left to an admin.
 _LOCK_CLAIMS = """
-SELECT id, rule_id, rule_version, subject_id, event_id
+SELECT id, rule_id, rule_version, subject_id, event_id, threshold, due_on
 FROM notification_ledger
 WHERE id = ANY(%s) AND rule_id IS NOT NULL AND status = 'claimed'
   AND prepared_at IS NULL AND prepare_failed_at IS NULL
@@ -91,7 +98,8 @@ def prepare_rule_claims(tx: TenantTx, ledger_ids: list[int], now: datetime | Non
     Raises PreparationFailed naming the claim that failed; ``tx`` must then roll back."""
     rows = tx.conn.execute(_LOCK_CLAIMS, [sorted(set(ledger_ids))]).fetchall()
     claims = [_Claim(int(str(r[0])), int(str(r[1])), int(str(r[2])), int(str(r[3])),
-                     None if r[4] is None else int(str(r[4]))) for r in rows]
+                     None if r[4] is None else int(str(r[4])), str(r[5]),
+                     r[6] if isinstance(r[6], date) else None) for r in rows]
     prepared, notices, emails = [], 0, []
     for claim in claims:
         try:
@@ -144,8 +152,9 @@ def _prepare(tx: TenantTx, claim: _Claim, now: datetime | None) -> tuple[int, li
             changes = event[2] if isinstance(event[2], dict) else {}
             metadata = event[3] if isinstance(event[3], dict) else {}
     facts = {**load_subject_facts(tx, claim.subject_id), **load_all_facts(tx, claim.subject_id)}
+    due, turnaround = _time_context(tx, claim, definition)
     context = template_context(facts, event_type=event_type, trigger=trigger, metadata=metadata,
-                               changes=changes, rule_name=rule_name)
+                               changes=changes, rule_name=rule_name, due=due, turnaround=turnaround)
     title = _render(claim, "title", str(template.get("title") or ""), context)
     body = _render(claim, "body", str(template.get("body") or ""), context)
     title = " ".join(title.split())[:MAX_TITLE_CHARS] or rule_name
@@ -172,6 +181,36 @@ def _prepare(tx: TenantTx, claim: _Claim, now: datetime | None) -> tuple[int, li
     )
     schedule_deliveries(tx, written.emails_due)  # handed to the workers once tx commits
     return len(written.inbox_users), written.emails_due
+
+
+def _time_context(tx: TenantTx, claim: _Claim, definition: object
+                  ) -> tuple[dict[str, object] | None, dict[str, object] | None]:
+    """What a time rule's templates see of the milestone or the breach (None for events)."""
+    if claim.event_id is not None or claim.due_on is None:
+        return None, None
+    offset = offset_of(claim.threshold)
+    if isinstance(definition, str):
+        definition = json.loads(definition)
+    if not isinstance(definition, dict):
+        return None, None
+    rule = stored_rule(definition)
+    if offset is not None and rule.trigger.due is not None:
+        day = shift(claim.due_on, offset, rule.trigger.due.business_days, load_calendar(tx))
+        # "offset" is a keyword of Liquid's grammar ({{ due.offset }} does not parse; it reads
+        # {{ due["offset"] }}), so the same value is also offset_days.
+        return {"date": claim.due_on.isoformat(), "offset": offset, "offset_days": offset,
+                "milestone_date": day.isoformat()}, None
+    tat = rule.trigger.turnaround
+    if claim.threshold.startswith("tat:") and tat is not None:
+        started = datetime.fromtimestamp(int(claim.threshold.rsplit(":", 1)[1]), UTC)
+        row = tx.conn.execute("SELECT coalesce(time_zone, %s) FROM subjects WHERE id = %s",
+                              [tx.tenant.time_zone, claim.subject_id]).fetchone()
+        zone = str(row[0]) if row else tx.tenant.time_zone
+        breach = breach_at(started, tat, load_calendar(tx), zone)
+        tz = ZoneInfo(zone)
+        return None, {"started_at": started.astimezone(tz).isoformat(),
+                      "breach_at": breach.astimezone(tz).isoformat()}
+    return None, None
 
 
 def _actions(definition: object) -> dict[str, Any]:

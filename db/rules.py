@@ -180,8 +180,8 @@ def get_rule(tx: TenantTx, rule_id: int) -> Rule:
 
 def list_rules(tx: TenantTx, product: str | None = None) -> list[Rule]:
     rows = tx.conn.execute(
-        f"SELECT {_COLUMNS} FROM rules WHERE kind IN ('created', 'updated') "
-        f"AND (%(product)s::text IS NULL OR product = %(product)s) ORDER BY product, name",
+        f"SELECT {_COLUMNS} FROM rules "
+        f"WHERE (%(product)s::text IS NULL OR product = %(product)s) ORDER BY product, name",
         {"product": product}).fetchall()
     return [_rule(r) for r in rows]
 

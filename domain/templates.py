@@ -138,11 +138,17 @@ def template_context(
     metadata: Mapping[str, object] | None = None,
     changes: Mapping[str, object] | None = None,
     rule_name: str | None = None,
+    due: Mapping[str, object] | None = None,
+    turnaround: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """The names a template sees, nested from flat fact names: `field.amount` becomes
     {{ field.amount }}, `form.intake.q1` {{ form.intake.q1 }}, `hierarchy.region`,
     `subject.title`; the event as {{ event.type }}, {{ event.trigger }} and its metadata
-    keys ({{ event.form }}); {{ changes["field.amount"].to }}; {{ rule.name }}.
+    keys ({{ event.form }}); {{ changes["field.amount"].to }}; {{ rule.name }}. A time rule's
+    notice also sees {{ due.date }}, {{ due.offset_days }} (also {{ due["offset"] }}: offset
+    is a keyword of Liquid's grammar) and {{ due.milestone_date }} (the first day of the
+    milestone's window), or {{ turnaround.started_at }} and
+    {{ turnaround.breach_at }}.
     A fact whose name clashes with a shorter one (`a` and `a.b`) keeps the shorter one."""
     root: dict[str, object] = {}
     for name in sorted(facts, key=lambda n: (n.count("."), n)):
@@ -163,4 +169,8 @@ def template_context(
     root["event"] = event
     root["changes"] = _plain(changes or {}, 1)
     root["rule"] = {"name": rule_name}
+    if due is not None:
+        root["due"] = _plain(due, 1)
+    if turnaround is not None:
+        root["turnaround"] = _plain(turnaround, 1)
     return root

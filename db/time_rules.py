@@ -1,0 +1,388 @@
+"""The clock's scan of time-trigger rules: obligations (offsets around a due date) and
+turnaround breaches, claimed set-based per tenant beside the licence scan (db/licences.py).
+
+Every statement here may run twice, or eight times at once, for the same tenant and
+instant: the ledger's unique key (rule 'rule:<id>', 'subject', subject, threshold, due
+date) decides who wins, losers skip. Rows are inserted and locked in one fixed key order
+(subject, threshold, due date; ledger ids when cancelling), so concurrent scans wait for
+each other instead of deadlocking.
+
+Due-date rules: one INSERT … SELECT … ON CONFLICT DO NOTHING per rule. The windows go in
+as parameters (domain/obligations.py window_bounds: for each local today a zone can have
+at the scan's instant and each offset, the latest due date whose window has begun and the
+latest whose window has passed), so business days cost nothing in SQL; each subject's local
+today is computed once; "unsettled" probes one ledger key per subject (its latest begun
+window: one statement writes every begun window of a subject at once). Conditions compile
+to SQL (db/condition_sql.py); when a tree cannot be said in SQL exactly, the statement only
+selects the candidates, the tree is evaluated in Python with targeted loading, and a second
+statement claims the survivors.
+
+Turnaround rules: the subjects whose timestamp is old enough and whose occurrence is not
+yet claimed, their breach instant computed by the domain (one source of truth for hours,
+local days and working days), then one claim for those in breach.
+
+Each claim names the rule version the scan applied, read in the claiming statement itself:
+a rule edited after the scan read it claims nothing in this scan (the version no longer
+matches), and the next scan applies the new version; the ledger key has no version, so an
+edit can never make a notice claimed twice.
+
+A due date moved (the field now holds another date): the old date's claims that are still
+waiting (not prepared, or with an email not yet sent) are cancelled with the reason, their
+waiting emails cancelled and their unread inbox rows archived; the new date is a new
+occurrence and its cycle is claimed normally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from db.calendar import load_calendar
+from db.condition_sql import CompiledConditions, compile_conditions
+from db.facts import load_facts_of_subjects
+from db.tenancy import TenantTx
+from domain.conditions import Facts, evaluate
+from domain.obligations import (
+    SKIPPED_REASON,
+    Calendar,
+    breach_at,
+    local_date,
+    possible_todays,
+    turnaround_threshold,
+    window_bounds,
+)
+from domain.rules import RuleDefinition, stored_rule
+
+SUBJECT_KIND = "subject"
+_TIMESTAMPS = {"created": "created_at", "assigned": "assigned_at", "status_changed": "status_changed_at"}
+
+
+@dataclass(frozen=True)
+class TimeClaimCounts:
+    claimed: int = 0  # ledger rows claimed (to be prepared and sent)
+    skipped: int = 0  # ledger rows recorded as skipped (their window had passed)
+    cancelled: int = 0  # waiting claims cancelled because their due date moved
+
+
+@dataclass(frozen=True)
+class TimeRule:
+    id: int
+    version: int
+    product: str
+    definition: RuleDefinition
+
+    @property
+    def ledger_rule(self) -> str:
+        return f"rule:{self.id}"
+
+
+def time_rules(tx: TenantTx) -> list[TimeRule]:
+    """The tenant's enabled time rules as they are now, in id order (the claim order)."""
+    rows = tx.conn.execute(
+        "SELECT id, version, product, definition FROM rules WHERE kind = 'time' AND enabled "
+        "ORDER BY id").fetchall()
+    return [TimeRule(int(str(r[0])), int(str(r[1])), str(r[2]), stored_rule(r[3]))  # type: ignore[arg-type]
+            for r in rows]
+
+
+# The rule as the scan read it, re-read by the claiming statement: no row when it has been
+# edited or disabled since (a new version), so nothing is claimed under a stale definition.
+_CURRENT_RULE = """
+current_rule AS (
+    SELECT r.id, r.version FROM rules r
+    WHERE r.id = %(rule_id)s AND r.version = %(version)s AND r.enabled AND r.kind = 'time'
+)"""
+
+_SUBJECT_FACTS = """
+s.kind, s.external_id, s.title, s.status,
+coalesce((SELECT array_agg(lower(u.email) ORDER BY lower(u.email))
+          FROM subject_assignees a JOIN users u ON u.id = a.user_id
+          WHERE a.subject_id = s.id), '{}')"""
+
+
+def _due_ctes(conditions: str) -> str:
+    return f"""
+WITH w AS (
+    SELECT * FROM unnest(%(todays)s::date[], %(thresholds)s::text[], %(offsets)s::int[],
+                         %(begun_max)s::date[], %(passed_max)s::date[])
+         AS w(today, threshold, off, begun_max, passed_max)
+), {_CURRENT_RULE}, candidates AS MATERIALIZED (  -- each subject's local today computed once
+    SELECT s.id, iso_date_or_null(f.value #>> '{{}}') AS due,
+           (%(as_of)s::timestamptz AT TIME ZONE coalesce(s.time_zone, %(tenant_tz)s))::date
+               AS local_today
+    FROM subject_fields f JOIN subjects s ON s.id = f.subject_id
+    WHERE f.name = %(field)s AND jsonb_typeof(f.value) = 'string'
+      AND iso_date_or_null(f.value #>> '{{}}') <= %(horizon)s  -- subject_fields_due
+      AND s.product = %(product)s AND (%(kind)s::text IS NULL OR s.kind = %(kind)s)
+      AND EXISTS (SELECT 1 FROM current_rule)
+      AND ({conditions})
+), begun AS (
+    SELECT c.id, c.due, c.local_today, w.threshold, w.off,
+           coalesce(c.due <= w.passed_max, false) AS passed
+    FROM candidates c JOIN w ON w.today = c.local_today AND c.due <= w.begun_max
+), unsettled AS (
+    -- One statement writes every begun window of a subject at once, so once the row of its
+    -- latest begun window exists all earlier ones do too: one probe per subject.
+    SELECT latest.id FROM (
+        SELECT DISTINCT ON (id) id, threshold, due FROM begun ORDER BY id, off DESC
+    ) latest
+    WHERE NOT EXISTS (
+        SELECT 1 FROM notification_ledger l
+        WHERE l.rule = %(rule)s AND l.subject_kind = '{SUBJECT_KIND}' AND l.subject_id = latest.id
+          AND l.threshold = latest.threshold AND l.due_on = latest.due)
+), due AS (
+    SELECT b.* FROM begun b JOIN unsettled u ON u.id = b.id
+)"""
+
+
+_INSERT = f"""
+INSERT INTO notification_ledger (rule, subject_kind, subject_id, threshold, due_on, status,
+                                 status_reason, local_date, rule_id, rule_version)
+SELECT %(rule)s, '{SUBJECT_KIND}', d.id, d.threshold, d.due,
+       CASE WHEN d.passed THEN 'skipped' ELSE 'claimed' END,
+       CASE WHEN d.passed THEN %(skipped_reason)s END, d.local_today, r.id, r.version
+FROM {{source}} CROSS JOIN current_rule r
+ORDER BY d.id, d.threshold, d.due
+ON CONFLICT ON CONSTRAINT notification_once DO NOTHING
+RETURNING id, status
+"""
+
+
+def _claim_due_statement(conditions: str) -> str:
+    return f"{_due_ctes(conditions)}, claimed AS ({_INSERT.format(source='due d')})\n" \
+           "SELECT id, status FROM claimed"
+
+
+def _candidates_statement(conditions: str) -> str:
+    return f"""{_due_ctes(conditions)}
+SELECT d.id, d.due, d.local_today, d.threshold, d.passed, {_SUBJECT_FACTS}
+FROM due d JOIN subjects s ON s.id = d.id
+ORDER BY d.id, d.threshold"""
+
+
+# The survivors of the conditions evaluated in Python (and turnaround breaches): claimed
+# from parameters, under the same re-read of the rule's version.
+_CLAIM_CHOSEN = f"""
+WITH {_CURRENT_RULE}
+{_INSERT.format(source='''unnest(%(ids)s::bigint[], %(chosen_thresholds)s::text[], %(dues)s::date[],
+                      %(passed)s::bool[], %(local_dates)s::date[])
+     AS d(id, threshold, due, passed, local_today)''')}"""
+
+
+def _base_params(tx: TenantTx, rule: TimeRule, as_of: datetime) -> dict[str, Any]:
+    return {"rule_id": rule.id, "version": rule.version, "rule": rule.ledger_rule,
+            "product": rule.product, "kind": rule.definition.trigger.subject_kind,
+            "as_of": as_of, "tenant_tz": tx.tenant.time_zone, "skipped_reason": SKIPPED_REASON}
+
+
+def _compiled(rule: TimeRule) -> CompiledConditions:
+    return compile_conditions([rule.definition.conditions, rule.definition.filters])
+
+
+def _holds(rule: TimeRule, facts: Mapping[str, object]) -> bool:
+    d = rule.definition
+    return evaluate(d.conditions, Facts(facts))[0] and evaluate(d.filters, Facts(facts))[0]
+
+
+def _subject_facts(row: tuple[object, ...]) -> dict[str, object]:
+    kind, external_id, title, status, assignees = row
+    return {"subject.kind": kind, "subject.external_id": external_id, "subject.title": title,
+            "subject.status": status, "subject.assignees": list(assignees or [])}  # type: ignore[call-overload]
+
+
+def _surviving(tx: TenantTx, rule: TimeRule, subjects: dict[int, dict[str, object]]) -> set[int]:
+    """The subjects for which the rule's whole trees hold, their stored facts loaded
+    targeted (only the keys the trees read, one query per family for all of them)."""
+    d = rule.definition
+    wanted = d.condition_facts().union(d.filter_facts())
+    stored = load_facts_of_subjects(tx, {sid: wanted for sid in subjects}) if wanted \
+        else {sid: {} for sid in subjects}
+    return {sid for sid, facts in subjects.items() if _holds(rule, {**facts, **stored.get(sid, {})})}
+
+
+def _claim_chosen(tx: TenantTx, params: dict[str, Any],
+                  rows: list[tuple[int, str, Any, bool, Any]]) -> list[tuple[object, ...]]:
+    if not rows:
+        return []
+    ids, thresholds, dues, passed, local_dates = (list(c) for c in zip(*rows, strict=True))
+    return tx.conn.execute(_CLAIM_CHOSEN, {**params, "ids": ids, "chosen_thresholds": thresholds,
+                                           "dues": dues, "passed": passed,
+                                           "local_dates": local_dates}).fetchall()
+
+
+def _claim_due(tx: TenantTx, rule: TimeRule, as_of: datetime, cal: Calendar) -> list[tuple[object, ...]]:
+    due = rule.definition.trigger.due
+    assert due is not None
+    bounds = window_bounds(possible_todays(as_of), due.offsets, due.business_days, cal)
+    compiled = _compiled(rule)
+    params = {
+        **_base_params(tx, rule, as_of), **compiled.params, "field": due.field,
+        "todays": [b.today for b in bounds], "thresholds": [b.threshold for b in bounds],
+        "offsets": [b.offset for b in bounds], "begun_max": [b.begun_max for b in bounds],
+        "passed_max": [b.passed_max for b in bounds],
+        "horizon": max(b.begun_max for b in bounds),
+    }
+    if compiled.exact:
+        return tx.conn.execute(_claim_due_statement(compiled.sql), params).fetchall()
+    found = tx.conn.execute(_candidates_statement(compiled.sql), params).fetchall()
+    subjects = {int(str(r[0])): _subject_facts(r[5:]) for r in found}
+    keep = _surviving(tx, rule, subjects) if subjects else set()
+    chosen = [(int(str(r[0])), str(r[3]), r[1], bool(r[4]), r[2]) for r in found
+              if int(str(r[0])) in keep]
+    return _claim_chosen(tx, params, chosen)
+
+
+def _turnaround_statement(rule: TimeRule, conditions: str) -> str:
+    tat = rule.definition.trigger.turnaround
+    assert tat is not None
+    column = f"s.{_TIMESTAMPS[tat.after]}"
+    return f"""
+WITH {_CURRENT_RULE}
+SELECT s.id, {column}, coalesce(s.time_zone, %(tenant_tz)s), {_SUBJECT_FACTS}
+FROM subjects s
+WHERE s.product = %(product)s AND (%(kind)s::text IS NULL OR s.kind = %(kind)s)
+  AND {column} <= %(as_of)s::timestamptz - %(minimum)s::interval
+  AND EXISTS (SELECT 1 FROM current_rule)
+  AND ({conditions})
+  AND NOT EXISTS (  -- this occurrence claimed already (whatever its breach date)
+      SELECT 1 FROM notification_ledger l
+      WHERE l.rule = %(rule)s AND l.subject_kind = '{SUBJECT_KIND}' AND l.subject_id = s.id
+        AND l.threshold = %(threshold_prefix)s || floor(extract(epoch FROM {column}))::bigint)
+ORDER BY s.id"""
+
+
+def _claim_turnaround(tx: TenantTx, rule: TimeRule, as_of: datetime,
+                      cal: Calendar) -> list[tuple[object, ...]]:
+    tat = rule.definition.trigger.turnaround
+    assert tat is not None
+    compiled = _compiled(rule)
+    params = {**_base_params(tx, rule, as_of), **compiled.params, "minimum": tat.minimum(),
+              "threshold_prefix": f"tat:{tat.after}:"}
+    found = tx.conn.execute(_turnaround_statement(rule, compiled.sql), params).fetchall()
+    breached: dict[int, tuple[datetime, datetime, str]] = {}
+    for row in found:
+        started, zone = row[1], str(row[2])
+        assert isinstance(started, datetime)
+        breach = breach_at(started, tat, cal, zone)
+        if breach <= as_of:
+            breached[int(str(row[0]))] = (started, breach, zone)
+    if not compiled.exact and breached:
+        subjects = {int(str(r[0])): _subject_facts(r[3:]) for r in found if int(str(r[0])) in breached}
+        keep = _surviving(tx, rule, subjects)
+        breached = {sid: b for sid, b in breached.items() if sid in keep}
+    chosen = [(sid, turnaround_threshold(tat.after, started), local_date(breach, zone), False,
+               local_date(as_of, zone)) for sid, (started, breach, zone) in sorted(breached.items())]
+    return _claim_chosen(tx, params, chosen)
+
+
+# --- moved due dates ----------------------------------------------------------------------
+
+# The claims of due-date rules still waiting (not prepared yet, or with an email not yet
+# sent) whose subject's due field now holds another date, locked in id order.
+_MOVED = f"""
+WITH r AS (
+    SELECT * FROM unnest(%(rule_ids)s::bigint[], %(fields)s::text[]) AS r(rule_id, field)
+), waiting AS (
+    SELECT l.id FROM notification_ledger l
+    WHERE l.rule_id = ANY(%(rule_ids)s) AND l.status = 'claimed' AND l.prepared_at IS NULL
+      AND l.prepare_failed_at IS NULL
+    UNION
+    SELECT n.ledger_id FROM notification_deliveries d
+    JOIN notifications n ON n.id = d.notification_id
+    WHERE d.status IN ('pending', 'deferred', 'batched') AND n.ledger_id IS NOT NULL
+)
+SELECT l.id, l.due_on, cur.due
+FROM waiting w
+JOIN notification_ledger l ON l.id = w.id
+JOIN r ON r.rule_id = l.rule_id
+JOIN LATERAL (
+    SELECT iso_date_or_null(f.value #>> '{{}}') AS due FROM subject_fields f
+    WHERE f.subject_id = l.subject_id AND f.name = r.field AND jsonb_typeof(f.value) = 'string'
+) cur ON cur.due IS NOT NULL AND cur.due <> l.due_on
+WHERE l.status = 'claimed' AND l.subject_kind = '{SUBJECT_KIND}' AND l.threshold LIKE 'offset:%%'
+  AND l.delivered_at IS NULL
+ORDER BY l.id
+FOR UPDATE OF l
+"""
+
+_CANCEL_DELIVERIES = """
+UPDATE notification_deliveries d
+SET status = 'cancelled', status_reason = m.reason, updated_at = now()
+FROM notifications n, unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
+WHERE n.ledger_id = m.id AND d.notification_id = n.id
+  AND d.status IN ('pending', 'deferred', 'batched')
+"""
+
+# The claim itself is cancelled once none of its emails is in flight or sent; its unread
+# inbox rows, which now name a date that no longer holds, are archived.
+_CANCEL_CLAIMS = """
+WITH cancelled AS (
+    UPDATE notification_ledger l
+    SET status = 'cancelled', status_reason = m.reason, cancelled_at = now()
+    FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
+    WHERE l.id = m.id AND l.status = 'claimed' AND l.delivered_at IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM notifications n JOIN notification_deliveries d ON d.notification_id = n.id
+          WHERE n.ledger_id = l.id AND d.status <> 'cancelled')
+    RETURNING l.id
+), archived AS (
+    UPDATE notifications n SET archived_at = now()
+    FROM cancelled c
+    WHERE n.ledger_id = c.id AND n.read_at IS NULL AND n.archived_at IS NULL
+)
+SELECT count(*) FROM cancelled
+"""
+
+
+def moved_reason(old: object, new: object) -> str:
+    return f"due date moved from {old} to {new}"
+
+
+def cancel_moved_due_dates(tx: TenantTx, rules: list[TimeRule]) -> int:
+    """Cancel the waiting claims of these due-date rules whose due date has moved."""
+    due_rules = [r for r in rules if r.definition.trigger.due is not None]
+    if not due_rules:
+        return 0
+    moved = tx.conn.execute(_MOVED, {
+        "rule_ids": [r.id for r in due_rules],
+        "fields": [r.definition.trigger.due.field for r in due_rules],  # type: ignore[union-attr]
+    }).fetchall()
+    if not moved:
+        return 0
+    params = {"ids": [int(str(m[0])) for m in moved],
+              "reasons": [moved_reason(m[1], m[2]) for m in moved]}
+    tx.conn.execute(_CANCEL_DELIVERIES, params)
+    row = tx.conn.execute(_CANCEL_CLAIMS, params).fetchone()
+    return int(str(row[0])) if row else 0
+
+
+# --- the scan -----------------------------------------------------------------------------
+
+
+def claim_time_rules(tx: TenantTx, as_of: datetime) -> TimeClaimCounts:
+    """Claim every due milestone and turnaround breach of the tenant's time rules at the
+    explicit instant ``as_of``, each subject's today in its own zone; first cancel what
+    moved due dates left waiting. The new claims go to their product's preparation queue
+    once ``tx`` commits (TenantTx.claims_to_prepare)."""
+    if as_of.tzinfo is None:
+        raise ValueError("as_of must be an aware datetime (an instant)")
+    rules = time_rules(tx)
+    if not rules:
+        return TimeClaimCounts()
+    cancelled = cancel_moved_due_dates(tx, rules)
+    cal = load_calendar(tx)
+    claimed = skipped = 0
+    for rule in rules:
+        if rule.definition.trigger.due is not None:
+            rows = _claim_due(tx, rule, as_of, cal)
+        else:
+            rows = _claim_turnaround(tx, rule, as_of, cal)
+        for ledger_id, status in rows:
+            if status == "claimed":
+                tx.claims_to_prepare.append((rule.product, int(str(ledger_id))))
+                claimed += 1
+            else:
+                skipped += 1
+    return TimeClaimCounts(claimed, skipped, cancelled)
