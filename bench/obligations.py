@@ -109,7 +109,7 @@ def _rule(name: str, kind: str, fact: str, offsets: list[int], *, business_days:
         "actions": {"channels": ["email", "in_app"], "category": "obligation_due", "critical": False,
                     "recipients": [{"type": "assignees"}],
                     "template": {"title": "{{ subject.title }} due {{ due.date }}",
-                                 "body": "Milestone of {{ due.milestone_date }}."}},
+                                 "body": "Offset {{ due.offset_days }}: {{ due.milestone_date }}."}},
     }
 
 
