@@ -139,8 +139,9 @@ def _json(column: str, op: str, value: object, out: CompiledConditions, prefix: 
         values = value if isinstance(value, list) else []
         return f"{column} = ANY({_param(out, prefix, [Jsonb(v) for v in values])}::jsonb[])"
     if op in _COMPARE:
-        return (f"(jsonb_typeof({column}) = 'number' AND "
-                f"({column})::numeric {_COMPARE[op]} {_param(out, prefix, value)}::numeric)")
+        # CASE, not AND: SQL does not promise to test the type before casting
+        return (f"CASE WHEN jsonb_typeof({column}) = 'number' THEN "
+                f"({column})::numeric {_COMPARE[op]} {_param(out, prefix, value)}::numeric ELSE false END")
     if op in ("before", "after"):
         sign = "<" if op == "before" else ">"
         return (f"(jsonb_typeof({column}) = 'string' AND coalesce(iso_date_or_null({column} #>> '{{}}') "

@@ -203,9 +203,10 @@ def cmd_scan(args: argparse.Namespace) -> None:
     _out(f"Scanning {len(slugs)} tenant(s) as of {as_of.isoformat()}")
     for index, slug in enumerate(slugs, 1):
         r = run_scan(slug, as_of)
-        c = r.counts
+        c, t = r.counts, r.time
         _out(f"[{index}/{len(slugs)}] {slug}: claimed {c.claimed}, skipped {c.skipped}, "
-             f"expired {c.expired}, closed {c.closed}, emails enqueued {r.enqueued}")
+             f"expired {c.expired}, closed {c.closed}, emails enqueued {r.enqueued}; "
+             f"time rules: claimed {t.claimed}, skipped {t.skipped}, cancelled {t.cancelled}")
 
 
 def cmd_ledger(args: argparse.Namespace) -> None:
@@ -423,7 +424,8 @@ def build_parser() -> Parser:
     p.add_argument("--url", help="the portal (default: PORTAL_URL)")
     p.add_argument("--key", help="an API key (default: the demo tenant's published key)")
 
-    p = command("scan", cmd_scan, "claim due licence milestones now and enqueue their emails")
+    p = command("scan", cmd_scan,
+                "claim due licence milestones and time-rule obligations now and enqueue their emails")
     p.add_argument("--tenant", help="one tenant (default: every active tenant)")
     p.add_argument("--as-of", help="ISO-8601 instant with offset (default: now)")
 
@@ -470,10 +472,12 @@ def build_parser() -> Parser:
                    help=f"consume only these queues (of {', '.join(PRODUCT_QUEUES)}); default: all, "
                         "e.g. a dedicated email worker on its own Procfile line")
     command("clock", cmd_clock, "enqueue the scan tick and the sweep, each on its interval")
+    from tocsin.cli_calendar import add_calendar_commands
     from tocsin.cli_platform import add_platform_commands
     from tocsin.cli_rules import add_rules_commands
 
     add_rules_commands(sub, command)
+    add_calendar_commands(sub, command)
     add_platform_commands(sub, command)
     return parser
 

@@ -29,7 +29,8 @@ OFFSETS = [-30, -7, -1, 0]
 
 
 def expected(subject: int, due: date, today: date, offsets: list[int] = OFFSETS,
-             business_days: bool = False, cal: Calendar = Calendar()) -> set[tuple[int, str, date, str]]:
+             business_days: bool = False, cal: Calendar | None = None) -> set[tuple[int, str, date, str]]:
+    cal = cal or Calendar.default()
     return {(subject, m.threshold, due, "claimed" if o == "due" else "skipped")
             for m, o in outcomes_on(due, offsets, business_days, cal, today)}
 
