@@ -388,7 +388,7 @@ def report(facts: list[tuple[str, str]], args: argparse.Namespace, a: Figure, c:
     say(f"  {d.label:<58} {d.rows:>10,} {d.seconds:>9.3f} {'-':>10}")
     say()
     say("Ratios")
-    say(f"  a/c  scan / raw ceiling                   {a_over_c:8.2f}   "
+    say(f"  a/c  scan / raw ceiling                   {a_over_c:8.3f}  "
         f"goal >= {GOAL_A_OVER_C:g}   {verdict(a_over_c, GOAL_A_OVER_C)}")
     say(f"  replay speed-up, time(a) / time(d)      {speedup:8.2f}x  "
         f"goal >= {GOAL_REPLAY_SPEEDUP:g}x    {verdict(speedup, GOAL_REPLAY_SPEEDUP)}")
@@ -411,7 +411,7 @@ def report(facts: list[tuple[str, str]], args: argparse.Namespace, a: Figure, c:
     say()
     say("| ratio | value | goal | |")
     say("|---|---:|---:|---|")
-    say(f"| a/c (scan vs raw ceiling) | {a_over_c:.2f} | >= {GOAL_A_OVER_C:g} | "
+    say(f"| a/c (scan vs raw ceiling) | {a_over_c:.3f} | >= {GOAL_A_OVER_C:g} | "
         f"{verdict(a_over_c, GOAL_A_OVER_C)} |")
     say(f"| replay speed-up, time(a)/time(d) | {speedup:.2f}x | >= {GOAL_REPLAY_SPEEDUP:g}x | "
         f"{verdict(speedup, GOAL_REPLAY_SPEEDUP)} |")
