@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 CONSTRAINTS := constraints.txt
 LOCK_VENV := .venv-lock
 
-.PHONY: run test test-rabbitmq lint chromium fuzz bench bench-portal bench-deliver bench-tenants bench-rules lock clean
+.PHONY: run test test-rabbitmq lint chromium fuzz bench bench-portal bench-deliver bench-tenants bench-rules bench-events bench-obligations lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -87,6 +87,9 @@ bench-rules: $(STAMP)
 
 bench-events: $(STAMP)
 	$(BIN)/python -m bench.events
+
+bench-obligations: $(STAMP)
+	$(BIN)/python -m bench.obligations
 
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) .tocsin test-artifacts .mypy_cache .ruff_cache .pytest_cache
