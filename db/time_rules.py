@@ -11,7 +11,7 @@ Due-date rules: one INSERT … SELECT … ON CONFLICT DO NOTHING per rule. The w
 as parameters (domain/obligations.py window_bounds: for each local today a zone can have
 at the scan's instant and each offset, the latest due date whose window has begun and the
 latest whose window has passed), so business days cost nothing in SQL; each subject's local
-today is computed once; "unsettled" probes one ledger key per subject (its latest begun
+today is computed once; one ledger key is probed per subject (its latest begun
 window: one statement writes every begun window of a subject at once). Conditions compile
 to SQL (db/condition_sql.py); when a tree cannot be said in SQL exactly, the statement only
 selects the candidates, the tree is evaluated in Python with targeted loading, and a second
@@ -127,20 +127,23 @@ WITH w AS (
       AND ({conditions})
 ), begun AS (
     SELECT c.id, c.due, c.local_today, w.threshold, w.off,
-           coalesce(c.due <= w.passed_max, false) AS passed
+           coalesce(c.due <= w.passed_max, false) AS passed,
+           w.off = max(w.off) OVER (PARTITION BY c.id) AS latest
     FROM candidates c JOIN w ON w.today = c.local_today AND c.due <= w.begun_max
-), unsettled AS (
+), probed AS (
     -- One statement writes every begun window of a subject at once, so once the row of its
-    -- latest begun window exists all earlier ones do too: one probe per subject.
-    SELECT latest.id FROM (
-        SELECT DISTINCT ON (id) id, threshold, due FROM begun ORDER BY id, off DESC
-    ) latest
-    WHERE NOT EXISTS (
-        SELECT 1 FROM notification_ledger l
-        WHERE l.rule = %(rule)s AND l.subject_kind = '{SUBJECT_KIND}' AND l.subject_id = latest.id
-          AND l.threshold = latest.threshold AND l.due_on = latest.due)
+    -- latest begun window exists all earlier ones do too: one probe per subject. (Said as a
+    -- window over the subject's rows, not as a join of two CTEs: the candidates' row count
+    -- cannot be estimated from the partial expression index, and a misestimate there made
+    -- the join a nested loop over both.)
+    SELECT b.*, bool_or(CASE WHEN b.latest THEN EXISTS (
+               SELECT 1 FROM notification_ledger l
+               WHERE l.rule = %(rule)s AND l.subject_kind = '{SUBJECT_KIND}'
+                 AND l.subject_id = b.id AND l.threshold = b.threshold AND l.due_on = b.due)
+           ELSE false END) OVER (PARTITION BY b.id) AS settled
+    FROM begun b
 ), due AS (
-    SELECT b.* FROM begun b JOIN unsettled u ON u.id = b.id
+    SELECT id, due, local_today, threshold, off, passed FROM probed WHERE NOT settled
 )"""
 
 
@@ -297,6 +300,10 @@ def claim_time_rules(tx: TenantTx, as_of: datetime) -> TimeClaimCounts:
     rules = time_rules(tx)
     if not rules:
         return TimeClaimCounts()
+    # The same statement text serves every rule and tenant, so a prepared statement's generic
+    # plan, made while this tenant's ledger was empty, would be reused for a full one (a
+    # sequential scan of the ledger per subject): plan each claim for the data it meets.
+    tx.conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
     with tx.conn.cursor(row_factory=tuple_row) as cur:  # a host may write fields without the register
         cancelled = cancel_moved_due_dates(cur, tx.tenant.schema)
     cal = load_calendar(tx)
