@@ -152,9 +152,10 @@ class Stack:
         LOGS.mkdir(parents=True, exist_ok=True)
         web_log = LOGS / f"{name}-web.log"
         self.processes = [
-            start(["web"], env, web_log),
-            start(["worker", "--processes", "2", "--threads", "4"], env, LOGS / f"{name}-worker.log"),
-            start(["clock"], env, LOGS / f"{name}-clock.log"),
+            start(["web"], _named(env, "web"), web_log),
+            start(["worker", "--processes", "2", "--threads", "4"], _named(env, "worker"),
+                  LOGS / f"{name}-worker.log"),
+            start(["clock"], _named(env, "clock"), LOGS / f"{name}-clock.log"),
         ]
         try:
             wait_ready(self.processes[0], self.port, web_log)
@@ -174,6 +175,13 @@ class Stack:
                 for name, p in zip(("web", "worker", "clock"), self.processes, strict=True)}
 
 
+def _named(env: dict[str, str], line: str) -> dict[str, str]:
+    """The line's environment with its PostgreSQL sessions named after it (application_name),
+    so that the backends' CPU can be told apart."""
+    url = env["DATABASE_URL"]
+    return {**env, "DATABASE_URL": f"{url}{'&' if '?' in url else '?'}application_name=evbench-{line}"}
+
+
 def _process_table() -> dict[int, tuple[int, float]]:
     """pid -> (parent pid, CPU seconds so far) of every live process."""
     ticks = os.sysconf("SC_CLK_TCK")
@@ -190,13 +198,15 @@ def _process_table() -> dict[int, tuple[int, float]]:
     return table
 
 
-def backends_cpu(conn: psycopg.Connection[Any], table: dict[int, tuple[int, float]]) -> dict[int, float]:
+def backends_cpu(conn: psycopg.Connection[Any], table: dict[int, tuple[int, float]]
+                 ) -> dict[tuple[int, str], float]:
     """CPU seconds so far of this database's PostgreSQL backends other than the observer's
     and this one (readable when PostgreSQL runs on this machine; empty otherwise)."""
-    pids = [int(r[0]) for r in conn.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-        "AND pid <> pg_backend_pid() AND application_name <> %s", [OBSERVER])]
-    return {pid: table[pid][1] for pid in pids if pid in table}
+    rows = conn.execute(
+        "SELECT pid, application_name FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND application_name <> %s", [OBSERVER]).fetchall()
+    return {(int(pid), str(name).removeprefix("evbench-")): table[int(pid)][1]
+            for pid, name in rows if int(pid) in table}
 
 
 def _tree_cpu(table: dict[int, tuple[int, float]], root: int) -> float:
@@ -389,8 +399,9 @@ def latency(conn: psycopg.Connection[Any], database_url: str, seconds: float,
             load_after = os.getloadavg()[0]
             wait_for(observer, latencies, 15)
             cpu = {k: v - before[k] for k, v in stack.cpu_seconds().items()}
-            cpu["postgres"] = sum(v - pg_before.get(pid, 0.0)
-                                  for pid, v in backends_cpu(conn, _process_table()).items())
+            for (pid, line), v in backends_cpu(conn, _process_table()).items():
+                key = f"postgres for {line}"
+                cpu[key] = cpu.get(key, 0.0) + v - pg_before.get((pid, line), 0.0)
             elapsed = time.monotonic() - started
         finally:
             stack.close()
