@@ -10,22 +10,41 @@ by (claim, recipient).
 
 Messages go to the product's own queue (domain/preparation_queues.py), so a backlog or a
 poison message in one product never stalls another's; send them with send_preparation.
+
+The relay hands over the claims of a batch it has just evaluated with prepare_or_send: a
+product whose queue is idle has its few claims prepared there and then, in a transaction of
+their own, by the evaluating worker (no queue hop, no second message); a backlog, a product
+whose preparation failed here lately, or a broker whose queues cannot be looked at cheaply
+(RabbitMQ) takes the queue. A failure here is recorded like the actor's and the claims go to
+the queue, which retries them within bounds; the sweeper re-sends claims left unprepared by
+a worker that died in between.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import dramatiq
+from dramatiq.brokers.redis import RedisBroker
 
 from db.rule_notices import PreparationFailed, prepare_rule_claims, record_preparation_failure
 from db.tenancy import TenantTx, tenant_tx
 from domain.preparation_queues import preparation_queue
 from tocsin import runtime
+from tocsin.queues import RedisQueueDepths
 
 log = logging.getLogger("tocsin.prepare")
 
 MAX_RETRIES = 4  # Dramatiq retries after the first run; PREPARE_MAX_ATTEMPTS bounds each claim
+# Claims of one product the evaluating worker prepares itself; more is a backlog, and a
+# backlog is prepared from the product's queue, beside the other products' work.
+INLINE_MAX_CLAIMS = 20
+# After a preparation of a tenant's product failed in the evaluating worker, that product's
+# claims take the queue (retried there with backoff) for this long: a poison product costs
+# the relay one failed attempt per pause, not one per batch.
+INLINE_PAUSE_SECONDS = 60.0
 
 
 # Declared on the shared queue (the literal is SHARED_QUEUE: tests/integration/
@@ -69,3 +88,53 @@ def send_preparation(slug: str, product: str, ledger_ids: list[int]) -> None:
     queue = preparation_queue(product, runtime.settings().product_queues)
     message = prepare_notices.message(slug, sorted(ledger_ids)).copy(queue_name=queue)
     prepare_notices.broker.enqueue(message)
+
+
+_inline_lock = threading.Lock()
+_inline_paused: dict[tuple[str, str], float] = {}  # (tenant, product) -> paused until (monotonic)
+
+
+def prepare_or_send(slug: str, claims: list[tuple[str, int]]) -> None:
+    """The claims of a committed evaluation, (product, ledger id): prepared here, at once,
+    when their product's queue is idle and they are few; else sent to that queue."""
+    by_product: dict[str, list[int]] = {}
+    for product, ledger_id in claims:
+        by_product.setdefault(product, []).append(ledger_id)
+    for product, ledger_ids in sorted(by_product.items()):
+        if not (len(ledger_ids) <= INLINE_MAX_CLAIMS and _inline_allowed(slug, product)
+                and _queue_idle(preparation_queue(product, runtime.settings().product_queues))):
+            send_preparation(slug, product, ledger_ids)
+            continue
+        try:
+            with tenant_tx(slug) as tx:
+                report = prepare_rule_claims(tx, sorted(ledger_ids))
+        except Exception as error:
+            with _inline_lock:
+                _inline_paused[(slug, product)] = time.monotonic() + INLINE_PAUSE_SECONDS
+            if isinstance(error, PreparationFailed):
+                _record(slug, error.ledger_id, error.reason)
+            else:
+                log.warning("preparation failed tenant=%s product=%s: %s: %s", slug, product,
+                            type(error).__name__, error)
+            send_preparation(slug, product, ledger_ids)  # retried there, within bounds
+            continue
+        log.debug("prepared at once tenant=%s claims=%d notices=%d emails=%d", slug,
+                  len(report.prepared), report.notices, len(report.emails))
+
+
+def _inline_allowed(slug: str, product: str) -> bool:
+    with _inline_lock:
+        until = _inline_paused.get((slug, product))
+        if until is not None and time.monotonic() >= until:
+            del _inline_paused[(slug, product)]
+            until = None
+    return until is None
+
+
+def _queue_idle(queue: str) -> bool:
+    """Nothing waits in the queue (a backlog is prepared in order, from the queue). Only the
+    Redis broker is asked; on another broker the queue is always the way."""
+    broker = prepare_notices.broker
+    if not isinstance(broker, RedisBroker):
+        return False
+    return RedisQueueDepths(broker.client, broker.namespace).waiting(queue) == 0

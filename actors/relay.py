@@ -3,7 +3,8 @@
 - ``relay_tenant(slug)`` claims a batch of the tenant's ready events (db/relay.py: status +
   lease + SKIP LOCKED, one batch in flight per tenant) and evaluates it in a second
   transaction (db/evaluations.py): ledger claims per (rule, event), the trace, the events
-  marked evaluated; after commit the claims go to their product's preparation queue. It
+  marked evaluated; after commit the claims are prepared at once when their product's
+  preparation queue is idle, else sent to it (actors/prepare.py prepare_or_send). It
   takes up to BATCHES_PER_TURN batches, then wakes itself again behind the other tenants.
   A worker that dies between the two transactions leaves the batch leased: the lease runs
   out and a later pass claims it again; a second delivery of the message claims nothing.
@@ -15,9 +16,10 @@ A commit that records events wakes the relay at once (``wake_relay_after_commit`
 message is only a wake-up — losing it delays an event by one polling interval, never drops
 it. Per tenant, a circuit breaker stops a tenant whose processing keeps failing (a broken
 schema) from being retried on every pass, and probes it again after a pause; the other
-tenants never wait for it. A Redis lock per schema keeps two relays off the same tenant at
-once — an optimisation only: the database's SKIP LOCKED and the ledger's unique key are
-what make every case correct.
+tenants never wait for it. A Redis lock per tenant, held from the claim to the evaluation's
+commit, keeps two relays off the same tenant at once; the relay that finds it taken asks
+the holder for one more pass instead of waiting — an optimisation only: the database's SKIP
+LOCKED, the lease and the ledger's unique key are what make every case correct.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pybreaker
 import redis
 
 from actors.metrics import RELAY_BREAKERS_OPEN, RELAY_EVENTS, RELAY_LAG
+from actors.prepare import prepare_or_send
 from db.evaluations import evaluate_claimed
 from db.relay import claim_events, release_batch, tenants_with_ready_events
 from db.tenancy import TenantTx, list_tenants, tenant_tx
@@ -51,6 +54,8 @@ class Coordination:
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self._redis = client
         self._ns = namespace
+        self._acquire = client.register_script(self._ACQUIRE)  # sent by digest (EVALSHA)
+        self._release = client.register_script(self._RELEASE)
 
     def request_wake(self, slug: str) -> bool:
         """True when no wake-up of this tenant is already waiting in the queue (the caller
@@ -58,19 +63,41 @@ class Coordination:
         that start always gets a wake-up of its own."""
         return bool(self._redis.set(f"{self._ns}:relay:wake:{slug}", "1", nx=True, ex=30))
 
-    def woken(self, slug: str) -> None:
-        self._redis.delete(f"{self._ns}:relay:wake:{slug}")
+    # One round trip: the wake-up flag cleared (an event committed from now on sends a
+    # wake-up of its own) and the tenant's lock taken; when another relay holds the lock,
+    # "again" is set for it instead, and it claims once more before it lets go.
+    _ACQUIRE = """
+redis.call('del', KEYS[1])
+if redis.call('set', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) then
+    redis.call('del', KEYS[3])
+    return 1
+end
+redis.call('set', KEYS[3], '1', 'EX', ARGV[2])
+return 0
+"""
+    # One round trip: the lock let go (only by its holder), and whether another relay asked
+    # for another pass meanwhile.
+    _RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
+local again = redis.call('get', KEYS[2])
+redis.call('del', KEYS[2])
+return again
+"""
 
-    def lock(self, schema: str, seconds: int) -> str | None:
+    def acquire(self, slug: str, seconds: int) -> str | None:
+        """The tenant's lock for ``seconds``, or None while another relay holds it (which
+        is then told to look again before it lets go: nothing committed meanwhile waits
+        for the polling fallback)."""
         token = uuid.uuid4().hex
-        if self._redis.set(f"{self._ns}:relay:lock:{schema}", token, nx=True, ex=seconds):
-            return token
-        return None
+        keys = [f"{self._ns}:relay:wake:{slug}", f"{self._ns}:relay:lock:{slug}",
+                f"{self._ns}:relay:again:{slug}"]
+        return token if self._acquire(keys=keys, args=[token, seconds]) == 1 else None
 
-    _UNLOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-
-    def unlock(self, schema: str, token: str) -> None:
-        self._redis.eval(self._UNLOCK, 1, f"{self._ns}:relay:lock:{schema}", token)
+    def release(self, slug: str, token: str) -> bool:
+        """Let go of the lock; True when another relay asked for another pass meanwhile."""
+        again = self._release(keys=[f"{self._ns}:relay:lock:{slug}", f"{self._ns}:relay:again:{slug}"],
+                              args=[token])
+        return again is not None
 
     def cursor(self) -> str | None:
         value = self._redis.get(f"{self._ns}:relay:cursor")
@@ -160,44 +187,68 @@ BATCHES_PER_TURN = 2  # a tenant's batches in one relay message before the other
 def relay_tenant(slug: str) -> None:
     """Claim a batch of the tenant's ready events and evaluate it, up to BATCHES_PER_TURN
     times; a tenant with more waiting is woken again at the back of the queue, behind the
-    other tenants' messages. Delivered twice, the second run finds nothing to claim."""
-    coordination().woken(slug)  # an event committed from now on sends a wake-up of its own
-    for _ in range(BATCHES_PER_TURN):
+    other tenants' messages. Delivered twice, the second run finds nothing to claim.
+
+    The tenant's Redis lock is held from the claim to the evaluation's commit. A relay that
+    finds it taken leaves at once and asks the holder to claim once more before letting go,
+    so an event committed while a batch was being evaluated is claimed by the pass that
+    follows it, not by the next poll."""
+    settings = runtime.settings()
+    coord = coordination()
+    for turn in range(BATCHES_PER_TURN):
+        token = coord.acquire(slug, settings.relay_lease_seconds)
+        if token is None:
+            return  # its holder claims again before it lets go
         if pausing(slug):
+            coord.release(slug, token)
             log.info("tenant=%s skipped: its breaker is open (probed again later)", slug)
             return
-        ids = _claim(slug)
-        if not ids or not evaluate_batch(slug, ids):
+        claims: list[tuple[str, int]] = []
+        ids: list[int] = []
+        try:
+            ids = _claim(slug)
+            done = bool(ids) and evaluate_batch(slug, ids, claims)
+        finally:
+            again = coord.release(slug, token)
+        _hand_over(slug, claims)
+        if not done and not (again and ids == []):
             return
-        if len(ids) < runtime.settings().relay_batch:
-            # Nothing more was ready when it claimed; what committed since sent a wake-up
-            # of its own (the flag was cleared before the claim).
+        if len(ids) < settings.relay_batch and not again:
+            # Nothing more was ready when it claimed, and no wake-up came meanwhile (what
+            # commits from now on sends one of its own: the flag was cleared above).
             return
-    wake(slug)  # more may wait: its next turn
+        if turn == BATCHES_PER_TURN - 1:
+            wake(slug)  # more may wait: its next turn
 
 
 def _claim(slug: str) -> list[int]:
     settings = runtime.settings()
-    coord = coordination()
     with tenant_tx(slug) as tx:
-        lock = coord.lock(tx.tenant.schema, settings.relay_lease_seconds)
-        if lock is None:
-            return []  # another relay is on this schema right now
-        try:
-            batch = claim_events(tx, limit=settings.relay_batch,
-                                 lease_seconds=settings.relay_lease_seconds,
-                                 max_attempts=settings.relay_max_attempts)
-        finally:
-            coord.unlock(tx.tenant.schema, lock)
+        batch = claim_events(tx, limit=settings.relay_batch,
+                             lease_seconds=settings.relay_lease_seconds,
+                             max_attempts=settings.relay_max_attempts)
     if batch.failed:
         log.error("tenant=%s %d event(s) failed after %d attempts", slug, batch.failed,
                   settings.relay_max_attempts)
     return batch.event_ids
 
 
-def evaluate_batch(slug: str, event_ids: list[int]) -> bool:
+def _hand_over(slug: str, claims: list[tuple[str, int]]) -> None:
+    """The committed evaluation's claims, prepared at once or sent to their queues."""
+    if not claims:
+        return
+    try:
+        prepare_or_send(slug, claims)
+    except Exception:
+        # Evaluated and committed: a broker that cannot be reached now only delays the
+        # claims until the sweeper finds them unprepared, as a lost message would.
+        log.exception("tenant=%s could not hand over %d claim(s) (the sweeper will)", slug, len(claims))
+
+
+def evaluate_batch(slug: str, event_ids: list[int], claims: list[tuple[str, int]] | None = None) -> bool:
     """Evaluate a claimed batch in one tenant transaction, behind the tenant's breaker; the
-    new claims go to their preparation queues once it commits. False when it was not
+    new claims go to their preparation queues once it commits, or into ``claims`` when the
+    caller hands them over itself. False when it was not
     evaluated: the breaker is open (the lease runs out and a later pass claims the batch
     again) or it failed (handed back at once, in a fresh transaction: the failed one is
     poisoned; the attempts bound it)."""
@@ -205,6 +256,9 @@ def evaluate_batch(slug: str, event_ids: list[int]) -> bool:
     def evaluate() -> int:
         with tenant_tx(slug) as tx:
             report = evaluate_claimed(tx, event_ids)
+            if claims is not None:  # the caller's, once committed; not the listener's messages
+                claims.extend(tx.claims_to_prepare)
+                tx.claims_to_prepare.clear()
         for lag in report.lags:
             RELAY_LAG.observe(lag)
         return report.evaluated

@@ -6,7 +6,7 @@ Sections (all by default; pick with --only):
   (one request per event, as an integrating product sends them) to the Procfile's processes
   (`tocsin web`, `tocsin worker`, `tocsin clock`); each event's clock starts just before its
   request is sent (so the figure includes the API's own commit: an upper bound) and stops
-  when an observer polling the tenants' inbox tables every 10 ms first sees its inbox row (every 25 ms).
+  when an observer polling the tenants' inbox tables every 25 ms first sees its inbox row.
   Run twice: with the after-commit wake-up (goal p99 < 500 ms) and without it, where only
   the polling fallback finds the events (goal p99 <= EVENTS_POLL_SECONDS + 500 ms).
 - fairness: 1,000 tenants, one of them with a backlog of 100,000 events, while 20 events/s
@@ -15,7 +15,7 @@ Sections (all by default; pick with --only):
   (bench/events_intake.py; goal >= 0.3 of the raw ceiling).
 - rules: targeted loading against loading every fact (bench/rules_loading.py; goal >= 5x).
 
-    python -m bench.events [--only latency,fairness,intake,rules] [--seconds 30]
+    python -m bench.events [--only latency,fairness,intake,rules] [--seconds 30] [--wakeup on,off]
 
 Without DATABASE_URL / REDIS_URL it starts embedded services under .tocsin/bench.
 """
@@ -53,6 +53,7 @@ RULE: dict[str, Any] = {
                 "template": {"title": "Case {{ subject.external_id }}", "body": "{{ field.amount }}"}},
 }
 ASSIGNEE = "analyst@bench.example"
+OBSERVER = "evbench-observer"  # the observer's application_name: its backend is not the pipeline's
 
 
 def say(text: str = "") -> None:
@@ -151,9 +152,10 @@ class Stack:
         LOGS.mkdir(parents=True, exist_ok=True)
         web_log = LOGS / f"{name}-web.log"
         self.processes = [
-            start(["web"], env, web_log),
-            start(["worker", "--processes", "2", "--threads", "4"], env, LOGS / f"{name}-worker.log"),
-            start(["clock"], env, LOGS / f"{name}-clock.log"),
+            start(["web"], _named(env, "web"), web_log),
+            start(["worker", "--processes", "2", "--threads", "4"], _named(env, "worker"),
+                  LOGS / f"{name}-worker.log"),
+            start(["clock"], _named(env, "clock"), LOGS / f"{name}-clock.log"),
         ]
         try:
             wait_ready(self.processes[0], self.port, web_log)
@@ -164,6 +166,59 @@ class Stack:
     def close(self) -> None:
         for p in self.processes:
             stop(p)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) used so far by each line's live processes and their
+        descendants (Dramatiq's worker processes run in a session of their own)."""
+        table = _process_table()
+        return {name: _tree_cpu(table, p.pid)
+                for name, p in zip(("web", "worker", "clock"), self.processes, strict=True)}
+
+
+def _named(env: dict[str, str], line: str) -> dict[str, str]:
+    """The line's environment with its PostgreSQL sessions named after it (application_name),
+    so that the backends' CPU can be told apart."""
+    url = env["DATABASE_URL"]
+    return {**env, "DATABASE_URL": f"{url}{'&' if '?' in url else '?'}application_name=evbench-{line}"}
+
+
+def _process_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds so far) of every live process."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        # After the command's ")": state, ppid, ..., utime and stime (fields 14 and 15 of stat).
+        table[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
+    return table
+
+
+def backends_cpu(conn: psycopg.Connection[Any], table: dict[int, tuple[int, float]]
+                 ) -> dict[tuple[int, str], float]:
+    """CPU seconds so far of this database's PostgreSQL backends other than the observer's
+    and this one (readable when PostgreSQL runs on this machine; empty otherwise)."""
+    rows = conn.execute(
+        "SELECT pid, application_name FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND application_name <> %s", [OBSERVER]).fetchall()
+    return {(int(pid), str(name).removeprefix("evbench-")): table[int(pid)][1]
+            for pid, name in rows if int(pid) in table}
+
+
+def _tree_cpu(table: dict[int, tuple[int, float]], root: int) -> float:
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += table.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, []))
+    return total
 
 
 # --- the observer ---------------------------------------------------------------------------
@@ -196,7 +251,7 @@ def _observe(database_url: str, schemas: list[str], stop: Any, out: Any) -> None
     seen: dict[str, float] = {}
     top = dict.fromkeys(schemas, 0)
     polls = 0
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(database_url, autocommit=True, application_name=OBSERVER) as conn:
         while not stop.is_set():
             polls += 1
             back = 200 if polls % 20 == 0 else 0
@@ -286,24 +341,77 @@ def _round_robin(keys: Sequence[str], run: str, n: int) -> tuple[str, str]:
     return keys[n % len(keys)], f"{run}-{n}"
 
 
-def latency(conn: psycopg.Connection[Any], database_url: str, seconds: float) -> bool:
+# Per event of a run, PostgreSQL's timestamps along the pipeline: recorded_at is the API
+# transaction's start, the ledger's claimed_at the evaluating transaction's, evaluated_at
+# the end of its work, the notification's created_at the preparing transaction's start.
+_STAGES = """SELECT s.external_id, extract(epoch FROM e.recorded_at), extract(epoch FROM l.claimed_at),
+       extract(epoch FROM e.evaluated_at), extract(epoch FROM n.created_at)
+FROM {schema}.events e JOIN {schema}.subjects s ON s.id = e.subject_id
+JOIN {schema}.notification_ledger l ON l.event_id = e.id
+JOIN {schema}.notifications n ON n.ledger_id = l.id
+WHERE starts_with(s.external_id, {run})"""
+
+STAGE_NAMES = ("request sent -> API transaction begins",
+               "API transaction begins -> evaluating transaction begins",
+               "evaluating transaction: begins -> events marked evaluated",
+               "evaluated -> preparing transaction begins",
+               "preparing transaction begins -> observer sees the row")
+
+
+def stages(conn: psycopg.Connection[Any], schemas: Sequence[str], run: str, latencies: Latencies,
+           observer: Observer) -> None:
+    """Where the time went: p50/p99 of each step between two of an event's timestamps."""
+    query = sql.SQL(" UNION ALL ").join(
+        sql.SQL(_STAGES).format(schema=sql.Identifier(s), run=sql.Literal(f"{run}-")) for s in schemas)
+    steps: list[list[float]] = [[] for _ in STAGE_NAMES]
+    for external_id, recorded, claimed, evaluated, created in conn.execute(query).fetchall():
+        sent, seen = latencies.sent.get(external_id), observer.seen.get(external_id)
+        if sent is None or seen is None:
+            continue
+        marks = [sent, float(recorded), float(claimed), float(evaluated), float(created), seen]
+        for i in range(len(STAGE_NAMES)):
+            steps[i].append(marks[i + 1] - marks[i])
+    for name, values in zip(STAGE_NAMES, steps, strict=True):
+        values.sort()
+        say(f"    {name}: p50 {percentile(values, 0.5):.0f} ms, p99 {percentile(values, 0.99):.0f} ms")
+
+
+def latency(conn: psycopg.Connection[Any], database_url: str, seconds: float,
+            runs: Sequence[str] = ("on", "off")) -> bool:
     say("latency: 100 events/s over 50 tenants, commit to inbox row")
     tenants = build_tenants(conn, 50, "l")
     ok = True
     poll = 5
     for wakeup, goal in (("1", 500.0), ("0", poll * 1000 + 500.0)):
+        if {"1": "on", "0": "off"}[wakeup] not in runs:
+            continue
         stack = Stack(f"latency-wakeup{wakeup}", EVENTS_WAKEUP=wakeup, EVENTS_POLL_SECONDS=str(poll))
         observer = Observer(database_url, tenants.schemas)
         observer.start()
         latencies = Latencies()
         run = f"w{wakeup}-{random.randrange(1 << 30):x}"
         try:
+            before = stack.cpu_seconds()
+            pg_before = backends_cpu(conn, _process_table())
+            load_before = os.getloadavg()[0]
+            started = time.monotonic()
             steady(100, seconds, partial(_round_robin, tenants.keys, run), latencies, stack.url)
+            load_after = os.getloadavg()[0]
             wait_for(observer, latencies, 15)
+            cpu = {k: v - before[k] for k, v in stack.cpu_seconds().items()}
+            for (pid, line), v in backends_cpu(conn, _process_table()).items():
+                key = f"postgres for {line}"
+                cpu[key] = cpu.get(key, 0.0) + v - pg_before.get((pid, line), 0.0)
+            elapsed = time.monotonic() - started
         finally:
             stack.close()
         label = "with the after-commit wake-up" if wakeup == "1" else f"polling only (every {poll} s)"
         ok = report(label, latencies, observer, goal) and ok
+        sent = max(1, len(latencies.sent))
+        say(f"    load average (1 min) {load_before:.1f} before sending, {load_after:.1f} at its end; "
+            "CPU ms per event: " + ", ".join(f"{k} {v * 1000 / sent:.1f}" for k, v in cpu.items())
+            + f" (over {elapsed:.0f} s, idle tail included)")
+        stages(conn, tenants.schemas, run, latencies, observer)
     return ok
 
 
@@ -346,6 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="latency,fairness,intake,rules")
     parser.add_argument("--seconds", type=float, default=30.0, help="of steady sending per run")
+    parser.add_argument("--wakeup", default="on,off",
+                        help="latency runs: with the wake-up (on), polling only (off), or both")
     args = parser.parse_args(argv)
     wanted = {s.strip() for s in args.only.split(",") if s.strip()}
     os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
@@ -361,7 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             drop_bench_tenants(conn)
             try:
                 if "latency" in wanted:
-                    ok = latency(conn, settings.database_url, args.seconds) and ok
+                    ok = latency(conn, settings.database_url, args.seconds,
+                                 [w.strip() for w in args.wakeup.split(",")]) and ok
                     drop_bench_tenants(conn)
                 if "fairness" in wanted:
                     ok = fairness(conn, settings.database_url, args.seconds) and ok

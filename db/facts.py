@@ -131,6 +131,30 @@ def load_all_facts_of_subjects(tx: TenantTx, subject_ids: list[int]) -> dict[int
     return facts
 
 
+_SUBJECTS = (
+    "SELECT s.id, s.kind, s.status, s.title, s.external_id, "
+    "  coalesce((SELECT array_agg(u.email ORDER BY u.email) FROM subject_assignees a "
+    "            JOIN users u ON u.id = a.user_id WHERE a.subject_id = s.id), '{}') "
+    "FROM subjects s WHERE s.id = ANY(%s)"
+)
+
+
+def load_subjects_and_all_facts(tx: TenantTx, subject_ids: list[int]) -> dict[int, dict[str, object]]:
+    """load_subject_facts and load_all_facts together, for many subjects at once (what a
+    notice's template may show): four queries in one round trip. A subject that is gone is
+    absent."""
+    facts: dict[int, dict[str, object]] = {}
+    with tx.conn.pipeline():
+        subjects = tx.conn.execute(_SUBJECTS, [subject_ids])
+        stored = load_all_facts_of_subjects(tx, subject_ids)
+    for sid, kind, status, title, external_id, assignees in subjects:
+        facts[int(str(sid))] = {
+            "subject.kind": kind, "subject.status": status, "subject.title": title,
+            "subject.external_id": external_id, "subject.assignees": list(assignees),  # type: ignore[call-overload]
+            **stored[int(str(sid))]}
+    return facts
+
+
 def load_subject_facts(tx: TenantTx, subject_id: int) -> dict[str, Any]:
     """The subject row's facts (always loaded with the event): subject.kind, status, title,
     external_id and the sorted emails of its assignees."""

@@ -52,7 +52,8 @@ def configure_pool(database_url: str, *, max_size: int = 10) -> None:
 
 def open_pool(database_url: str, *, max_size: int = 10, min_size: int = 1) -> ConnectionPool:
     """Open (or replace) the process pool. Connections run in autocommit mode so that a
-    `conn.transaction()` block is the only transaction boundary anywhere in Tocsin."""
+    `conn.transaction()` block (or db/tenancy.py tenant_tx, whose BEGIN travels with its
+    first statement) is the only transaction boundary anywhere in Tocsin."""
     with _lock:
         return _open_locked(database_url, max_size=max_size, min_size=min_size)
 

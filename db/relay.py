@@ -39,39 +39,45 @@ class ClaimedBatch:
     in_flight: bool  # nothing claimed because a batch of this tenant is still leased
 
 
+# The claim in one statement (one round trip), every part reading the same snapshot:
+# - busy: a batch of this tenant is still in flight under a live lease, so nothing is taken;
+# - gave_up: ready events claimed max_attempts times already are failed, with the reason;
+# - batch/claimed: the oldest other ready events, leased to one claim token.
+_CLAIM = f"""
+WITH busy AS (
+    SELECT EXISTS (SELECT 1 FROM events WHERE status = 'processing' AND lease_until >= now()) AS b
+), gave_up AS (
+    UPDATE events SET status = 'failed', lease_until = NULL,
+           last_error = coalesce(last_error, 'no evaluation finished') ||
+                        ' (given up after ' || attempts || ' attempts)'
+    WHERE id IN (SELECT id FROM events WHERE {READY} AND attempts >= %(max)s
+                 AND NOT (SELECT b FROM busy)
+                 FOR UPDATE SKIP LOCKED)
+    RETURNING id
+), batch AS (
+    SELECT id FROM events WHERE {READY} AND attempts < %(max)s AND NOT (SELECT b FROM busy)
+    ORDER BY recorded_at, id LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), token AS (SELECT gen_random_uuid() AS t), claimed AS (
+    UPDATE events e SET status = 'processing', claim_token = token.t,
+           lease_until = now() + make_interval(secs => %(lease)s), attempts = attempts + 1
+    FROM batch, token WHERE e.id = batch.id
+    RETURNING e.id
+)
+SELECT (SELECT b FROM busy), (SELECT count(*) FROM gave_up),
+       coalesce((SELECT array_agg(id ORDER BY id) FROM claimed), '{{}}'),
+       (SELECT t FROM token)
+"""
+
+
 def claim_events(tx: TenantTx, *, limit: int, lease_seconds: int, max_attempts: int) -> ClaimedBatch:
-    in_flight = tx.conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM events WHERE status = 'processing' AND lease_until >= now())"
-    ).fetchone()
-    if in_flight and in_flight[0]:
+    row = tx.conn.execute(_CLAIM, {"limit": limit, "lease": lease_seconds, "max": max_attempts}).fetchone()
+    assert row is not None  # an aggregate: always one row
+    busy, failed, claimed, token = row
+    if busy:
         return ClaimedBatch(None, [], 0, True)
-    failed = tx.conn.execute(
-        f"""
-        UPDATE events SET status = 'failed', lease_until = NULL,
-               last_error = coalesce(last_error, 'no evaluation finished') ||
-                            ' (given up after ' || attempts || ' attempts)'
-        WHERE id IN (SELECT id FROM events WHERE {READY} AND attempts >= %(max)s
-                     FOR UPDATE SKIP LOCKED)
-        """,
-        {"max": max_attempts},
-    ).rowcount
-    rows = tx.conn.execute(
-        f"""
-        WITH batch AS (
-            SELECT id FROM events WHERE {READY}
-            ORDER BY recorded_at, id LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ), token AS (SELECT gen_random_uuid() AS t)
-        UPDATE events e SET status = 'processing', claim_token = token.t,
-               lease_until = now() + make_interval(secs => %(lease)s), attempts = attempts + 1
-        FROM batch, token WHERE e.id = batch.id
-        RETURNING e.id, e.claim_token
-        """,
-        {"limit": limit, "lease": lease_seconds},
-    ).fetchall()
-    ids = sorted(int(str(r[0])) for r in rows)
-    token = UUID(str(rows[0][1])) if rows else None
-    return ClaimedBatch(token, ids, failed, False)
+    ids = [int(str(i)) for i in claimed]  # type: ignore[attr-defined]
+    return ClaimedBatch(UUID(str(token)) if ids else None, ids, int(str(failed)), False)
 
 
 def release_batch(tx: TenantTx, event_ids: Sequence[int], error: str) -> int:

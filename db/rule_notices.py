@@ -19,6 +19,8 @@ left alone and shown on the Needs-attention page.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -26,7 +28,7 @@ from zoneinfo import ZoneInfo
 
 from db.calendar import load_calendar
 from db.deliveries import schedule_deliveries
-from db.facts import load_all_facts, load_subject_facts
+from db.facts import load_subjects_and_all_facts
 from db.ledger import notify_statement, write_notices
 from db.recipients import resolve_recipients
 from db.tenancy import TenantTx, tenant_tx
@@ -68,18 +70,33 @@ class _Claim:
     event_id: int | None
     threshold: str = ""
     due_on: date | None = None
+    rule_name: str | None = None  # None: the rule row is gone
+    product: str | None = None
+    # An event rule's event as it was recorded: (type, trigger, changes, metadata).
+    event: tuple[str, str | None, dict[str, Any], dict[str, Any]] | None = None
 
 
-# The rule claims of these ids that are still to prepare, locked for this transaction;
-# another transaction preparing one right now keeps it (SKIP LOCKED), and one that failed
-# for good is left to an admin.
+# The rule claims of these ids that are still to prepare, locked for this transaction and
+# marked prepared at once (the notices are written by the same transaction, which commits
+# all of it or nothing), with what preparing them reads of their rule and event: one
+# statement for the whole batch. Another transaction preparing one right now keeps it
+# (SKIP LOCKED), and one that failed for good is left to an admin.
 _LOCK_CLAIMS = """
-SELECT id, rule_id, rule_version, subject_id, event_id, threshold, due_on
-FROM notification_ledger
-WHERE id = ANY(%s) AND rule_id IS NOT NULL AND status = 'claimed'
-  AND prepared_at IS NULL AND prepare_failed_at IS NULL
-ORDER BY id
-FOR UPDATE SKIP LOCKED
+WITH locked AS (
+    SELECT id FROM notification_ledger
+    WHERE id = ANY(%s) AND rule_id IS NOT NULL AND status = 'claimed'
+      AND prepared_at IS NULL AND prepare_failed_at IS NULL
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+), marked AS (
+    UPDATE notification_ledger l SET prepared_at = now(), prepare_error = NULL
+    FROM locked WHERE l.id = locked.id
+    RETURNING l.id, l.rule_id, l.rule_version, l.subject_id, l.event_id, l.threshold, l.due_on
+)
+SELECT m.id, m.rule_id, m.rule_version, m.subject_id, m.event_id, m.threshold, m.due_on,
+       r.name, r.product, e.event_type, e.trigger_type, e.changes, e.metadata
+FROM marked m LEFT JOIN rules r ON r.id = m.rule_id LEFT JOIN events e ON e.id = m.event_id
+ORDER BY m.id
 """
 
 # The rule's notices for one claim: recipients already bound, one row per user.
@@ -90,20 +107,34 @@ recipients AS (
     FROM unnest(%(user_ids)s::bigint[]) AS r(user_id)
 )""")
 
+# A rule version's definition never changes once written (an edit writes a new version), so
+# it is read once per process: by (tenant id, rule id, version).
+_VERSIONS_KEPT = 4_096  # definitions
+_versions: OrderedDict[tuple[int, int, int], object] = OrderedDict()
+_versions_lock = threading.Lock()
+
 
 def prepare_rule_claims(tx: TenantTx, ledger_ids: list[int], now: datetime | None = None) -> PreparedReport:
     """Prepare these rule claims: recipients, facts and templates as they are now, then the
     inbox rows and email deliveries (enqueued once ``tx`` commits). Idempotent: a claim
     prepared already is skipped, and the notices are keyed by (claim, recipient) anyway.
-    Raises PreparationFailed naming the claim that failed; ``tx`` must then roll back."""
+    Raises PreparationFailed naming the claim that failed; ``tx`` must then roll back.
+
+    Set-based where the claims share the work: one statement locks and marks them all with
+    their rule and event, the rule versions come from the process's cache, and the subjects'
+    facts are read for all of them in one round trip; then each claim's recipients and
+    notices."""
     rows = tx.conn.execute(_LOCK_CLAIMS, [sorted(set(ledger_ids))]).fetchall()
-    claims = [_Claim(int(str(r[0])), int(str(r[1])), int(str(r[2])), int(str(r[3])),
-                     None if r[4] is None else int(str(r[4])), str(r[5]),
-                     r[6] if isinstance(r[6], date) else None) for r in rows]
+    claims = [_claim(r) for r in rows]
+    if not claims:
+        return PreparedReport([], sorted(set(ledger_ids)), 0, [])
+    definitions = _definitions(tx, {(c.rule_id, c.rule_version) for c in claims})
+    facts = load_subjects_and_all_facts(tx, sorted({c.subject_id for c in claims}))
     prepared, notices, emails = [], 0, []
     for claim in claims:
         try:
-            users, due = _prepare(tx, claim, now)
+            users, due = _prepare(tx, claim, definitions.get((claim.rule_id, claim.rule_version)),
+                                  facts.get(claim.subject_id, {}), now)
         except PreparationFailed:
             raise
         except Exception as error:  # any failure of this claim poisons the transaction
@@ -111,8 +142,42 @@ def prepare_rule_claims(tx: TenantTx, ledger_ids: list[int], now: datetime | Non
         prepared.append(claim.ledger_id)
         notices += users
         emails.extend(due)
+    schedule_deliveries(tx, emails)  # handed to the workers once tx commits
     done = set(prepared)
     return PreparedReport(prepared, sorted(set(ledger_ids) - done), notices, emails)
+
+
+def _claim(r: tuple[object, ...]) -> _Claim:
+    event = None if r[9] is None else (str(r[9]), None if r[10] is None else str(r[10]),
+                                       r[11] if isinstance(r[11], dict) else {},
+                                       r[12] if isinstance(r[12], dict) else {})
+    return _Claim(int(str(r[0])), int(str(r[1])), int(str(r[2])), int(str(r[3])),
+                  None if r[4] is None else int(str(r[4])), str(r[5]),
+                  r[6] if isinstance(r[6], date) else None,
+                  rule_name=None if r[7] is None else str(r[7]),
+                  product=None if r[8] is None else str(r[8]), event=event)
+
+
+def _definitions(tx: TenantTx, versions: set[tuple[int, int]]) -> dict[tuple[int, int], object]:
+    """The definitions of these (rule, version) pairs that exist: cached ones, and the
+    others in one statement."""
+    tenant = tx.tenant.id
+    with _versions_lock:
+        found = {v: _versions[(tenant, *v)] for v in versions if (tenant, *v) in _versions}
+    missing = sorted(versions - set(found))
+    if missing:
+        rows = tx.conn.execute(
+            "SELECT v.rule_id, v.version, v.definition FROM rule_versions v "
+            "JOIN unnest(%s::bigint[], %s::int[]) AS w (id, version) "
+            "  ON v.rule_id = w.id AND v.version = w.version",
+            [[m[0] for m in missing], [m[1] for m in missing]]).fetchall()
+        with _versions_lock:
+            for rule_id, version, definition in rows:
+                key = (int(str(rule_id)), int(str(version)))
+                found[key] = _versions[(tenant, *key)] = definition
+            while len(_versions) > _VERSIONS_KEPT:
+                _versions.popitem(last=False)
+    return found
 
 
 def _describe(error: BaseException) -> str:
@@ -121,19 +186,12 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _prepare(tx: TenantTx, claim: _Claim, now: datetime | None) -> tuple[int, list[int]]:
-    version = tx.conn.execute(
-        """
-        SELECT r.name, r.product, v.definition
-        FROM rule_versions v JOIN rules r ON r.id = v.rule_id
-        WHERE v.rule_id = %s AND v.version = %s
-        """,
-        [claim.rule_id, claim.rule_version],
-    ).fetchone()
-    if version is None:
+def _prepare(tx: TenantTx, claim: _Claim, definition: object, facts: dict[str, object],
+             now: datetime | None) -> tuple[int, list[int]]:
+    if definition is None or claim.rule_name is None or claim.product is None:
         raise PreparationFailed(claim.ledger_id,
                                 f"rule {claim.rule_id} has no version {claim.rule_version}")
-    rule_name, product, definition = str(version[0]), str(version[1]), version[2]
+    rule_name, product = claim.rule_name, claim.product
     actions = _actions(definition)
     channels = actions.get("channels") or ["email", "in_app"]
     template = actions.get("template") or {}
@@ -141,17 +199,7 @@ def _prepare(tx: TenantTx, claim: _Claim, now: datetime | None) -> tuple[int, li
         raise PreparationFailed(claim.ledger_id, "the rule version's actions are malformed")
     category = valid_category(str(actions.get("category", "case_alert")))
 
-    event_type, trigger, changes, metadata = None, None, {}, {}
-    if claim.event_id is not None:
-        event = tx.conn.execute(
-            "SELECT event_type, trigger_type, changes, metadata FROM events WHERE id = %s",
-            [claim.event_id],
-        ).fetchone()
-        if event is not None:
-            event_type, trigger = str(event[0]), None if event[1] is None else str(event[1])
-            changes = event[2] if isinstance(event[2], dict) else {}
-            metadata = event[3] if isinstance(event[3], dict) else {}
-    facts = {**load_subject_facts(tx, claim.subject_id), **load_all_facts(tx, claim.subject_id)}
+    event_type, trigger, changes, metadata = claim.event or (None, None, {}, {})
     due, turnaround = _time_context(tx, claim, definition)
     context = template_context(facts, event_type=event_type, trigger=trigger, metadata=metadata,
                                changes=changes, rule_name=rule_name, due=due, turnaround=turnaround)
@@ -175,11 +223,6 @@ def _prepare(tx: TenantTx, claim: _Claim, now: datetime | None) -> tuple[int, li
         category=category, now=now, critical=critical,
         in_app="in_app" in channels, email="email" in channels,
     )
-    tx.conn.execute(
-        "UPDATE notification_ledger SET prepared_at = now(), prepare_error = NULL WHERE id = %s",
-        [claim.ledger_id],
-    )
-    schedule_deliveries(tx, written.emails_due)  # handed to the workers once tx commits
     return len(written.inbox_users), written.emails_due
 
 

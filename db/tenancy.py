@@ -169,19 +169,28 @@ def tenant_tx(slug: str) -> Iterator[TenantTx]:
     the transaction collected for after its commit runs once it has committed (on_commit).
     """
     valid_slug(slug)
-    with connection() as conn, conn.transaction():
-        with not_migrated_is_an_error():
-            # One round trip: find the tenant and scope the transaction to its schema.
-            row = conn.execute(
-                f"SELECT {_TENANT_COLUMNS}, "
-                "set_config('search_path', schema_name || ', public', true) "
-                "FROM control.tenants WHERE slug = %s",
-                [slug],
-            ).fetchone()
-        if row is None:
-            raise NotFound(f"unknown tenant {slug!r}")
-        tx = TenantTx(conn, _tenant(row))
-        yield tx
+    with connection() as conn:
+        # One round trip: BEGIN, find the tenant and scope the transaction to its schema
+        # (two statements in one simple query, hence the slug as a quoted literal).
+        begin = sql.SQL("BEGIN; SELECT {} , set_config('search_path', schema_name || ', public', true) "
+                        "FROM control.tenants WHERE slug = {}").format(
+            sql.SQL(_TENANT_COLUMNS), sql.Literal(slug))
+        try:
+            with not_migrated_is_an_error():
+                found = conn.execute(begin)
+                found.nextset()  # past BEGIN's result
+                row = found.fetchone()
+            if row is None:
+                raise NotFound(f"unknown tenant {slug!r}")
+            tx = TenantTx(conn, _tenant(row))
+            yield tx
+        except BaseException:
+            # The block failed (or the lookup did): nothing it wrote stays. A broken
+            # connection cannot be rolled back, and the pool discards it anyway.
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
     # Reached only when the block and the commit succeeded.
     if tx.has_after_commit_work:
         _run_after_commit(tx)

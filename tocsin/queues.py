@@ -137,6 +137,15 @@ class RedisQueueDepths:
             age = _age_seconds(self._redis.hget(f"{ready_key}.msgs", head), time.time())
         return QueueDepth(int(ready), int(delayed), age)
 
+    def waiting(self, queue: str) -> int:
+        """Messages ready or delayed in ``queue``, in one round trip (not those a worker
+        has already fetched)."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.llen(f"{self._namespace}:{queue}")
+        pipe.llen(f"{self._namespace}:{queue}.DQ")
+        ready, delayed = pipe.execute()
+        return int(ready) + int(delayed)
+
     def holding_messages(self) -> set[str]:
         found = set()
         prefix = f"{self._namespace}:"
