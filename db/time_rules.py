@@ -160,9 +160,16 @@ RETURNING id, status
 """
 
 
+# One row back whatever was written: the ids to prepare and the number skipped (a first scan
+# over old due dates writes mostly skipped rows, which need not travel to Python).
+_SUMMARY = """
+SELECT coalesce(array_agg(id ORDER BY id) FILTER (WHERE status = 'claimed'), '{}'),
+       count(*) FILTER (WHERE status = 'skipped')
+FROM written"""
+
+
 def _claim_due_statement(conditions: str) -> str:
-    return f"{_due_ctes(conditions)}, claimed AS ({_INSERT.format(source='due d')})\n" \
-           "SELECT id, status FROM claimed"
+    return f"{_due_ctes(conditions)}, written AS ({_INSERT.format(source='due d')}){_SUMMARY}"
 
 
 def _candidates_statement(conditions: str) -> str:
@@ -175,10 +182,10 @@ ORDER BY d.id, d.threshold"""
 # The survivors of the conditions evaluated in Python (and turnaround breaches): claimed
 # from parameters, under the same re-read of the rule's version.
 _CLAIM_CHOSEN = f"""
-WITH {_CURRENT_RULE}
+WITH {_CURRENT_RULE}, written AS (
 {_INSERT.format(source='''unnest(%(ids)s::bigint[], %(chosen_thresholds)s::text[], %(dues)s::date[],
                       %(passed)s::bool[], %(local_dates)s::date[])
-     AS d(id, threshold, due, passed, local_today)''')}"""
+     AS d(id, threshold, due, passed, local_today)''')}){_SUMMARY}"""
 
 
 def _base_params(tx: TenantTx, rule: TimeRule, as_of: datetime) -> dict[str, Any]:
@@ -212,17 +219,24 @@ def _surviving(tx: TenantTx, rule: TimeRule, subjects: dict[int, dict[str, objec
     return {sid for sid, facts in subjects.items() if _holds(rule, {**facts, **stored.get(sid, {})})}
 
 
+def _written(row: tuple[object, ...] | None) -> tuple[list[int], int]:
+    """The claimed ids and the number skipped, from a claim statement's one row."""
+    assert row is not None
+    ids, skipped = row
+    return [int(str(i)) for i in ids], int(str(skipped))  # type: ignore[attr-defined]
+
+
 def _claim_chosen(tx: TenantTx, params: dict[str, Any],
-                  rows: list[tuple[int, str, Any, bool, Any]]) -> list[tuple[object, ...]]:
+                  rows: list[tuple[int, str, Any, bool, Any]]) -> tuple[list[int], int]:
     if not rows:
-        return []
+        return [], 0
     ids, thresholds, dues, passed, local_dates = (list(c) for c in zip(*rows, strict=True))
-    return tx.conn.execute(_CLAIM_CHOSEN, {**params, "ids": ids, "chosen_thresholds": thresholds,
-                                           "dues": dues, "passed": passed,
-                                           "local_dates": local_dates}).fetchall()
+    return _written(tx.conn.execute(_CLAIM_CHOSEN, {
+        **params, "ids": ids, "chosen_thresholds": thresholds, "dues": dues, "passed": passed,
+        "local_dates": local_dates}).fetchone())
 
 
-def _claim_due(tx: TenantTx, rule: TimeRule, as_of: datetime, cal: Calendar) -> list[tuple[object, ...]]:
+def _claim_due(tx: TenantTx, rule: TimeRule, as_of: datetime, cal: Calendar) -> tuple[list[int], int]:
     due = rule.definition.trigger.due
     assert due is not None
     bounds = window_bounds(possible_todays(as_of), due.offsets, due.business_days, cal)
@@ -235,7 +249,7 @@ def _claim_due(tx: TenantTx, rule: TimeRule, as_of: datetime, cal: Calendar) -> 
         "horizon": max(b.begun_max for b in bounds),
     }
     if compiled.exact:
-        return tx.conn.execute(_claim_due_statement(compiled.sql), params).fetchall()
+        return _written(tx.conn.execute(_claim_due_statement(compiled.sql), params).fetchone())
     found = tx.conn.execute(_candidates_statement(compiled.sql), params).fetchall()
     subjects = {int(str(r[0])): _subject_facts(r[5:]) for r in found}
     keep = _surviving(tx, rule, subjects) if subjects else set()
@@ -264,7 +278,7 @@ ORDER BY s.id"""
 
 
 def _claim_turnaround(tx: TenantTx, rule: TimeRule, as_of: datetime,
-                      cal: Calendar) -> list[tuple[object, ...]]:
+                      cal: Calendar) -> tuple[list[int], int]:
     tat = rule.definition.trigger.turnaround
     assert tat is not None
     compiled = _compiled(rule)
@@ -313,10 +327,8 @@ def claim_time_rules(tx: TenantTx, as_of: datetime) -> TimeClaimCounts:
             rows = _claim_due(tx, rule, as_of, cal)
         else:
             rows = _claim_turnaround(tx, rule, as_of, cal)
-        for ledger_id, status in rows:
-            if status == "claimed":
-                tx.claims_to_prepare.append((rule.product, int(str(ledger_id))))
-                claimed += 1
-            else:
-                skipped += 1
+        ids, rule_skipped = rows
+        tx.claims_to_prepare.extend((rule.product, ledger_id) for ledger_id in ids)
+        claimed += len(ids)
+        skipped += rule_skipped
     return TimeClaimCounts(claimed, skipped, cancelled)
