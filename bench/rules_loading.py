@@ -394,8 +394,8 @@ def _phases(traces: Mapping[int, Any]) -> dict[str, float]:
     for trace in traces.values():
         for outcome in trace:
             phase = int(outcome["phase"])
-            if "rule_ids" in outcome:  # the compact entry of the rules phase 2 dropped
-                totals["phase 1 (SQL)"] += len(outcome["rule_ids"])
+            if "rules" in outcome:  # the compact entry of the rules phase 2 dropped
+                totals["phase 1 (SQL)"] += len(outcome["rules"])
                 continue
             totals["phase 1 (SQL)"] += 1
             totals["phase 2 (metadata)"] += phase >= 3

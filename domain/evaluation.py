@@ -163,16 +163,14 @@ def _by_id(c: Candidate) -> int:
 
 @dataclass(frozen=True)
 class TriggerGroup:
-    """Candidates with the same trigger filter, and their ids and versions as traced."""
+    """Candidates with the same trigger filter, and their [id, version] pairs as traced."""
 
     definition: RuleDefinition
     members: list[Candidate]
-    ids: list[int] = field(init=False)
-    versions: list[int] = field(init=False)
+    traced: list[list[int]] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ids", [c.id for c in self.members])
-        object.__setattr__(self, "versions", [c.version for c in self.members])
+        object.__setattr__(self, "traced", [[c.id, c.version] for c in self.members])
 
 
 @dataclass(frozen=True)
@@ -195,20 +193,11 @@ class Evaluated:
     def trace(self) -> list[dict[str, Any]]:
         """The trace stored on the event: each rule that reached phase 3 (RuleOutcome
         .stored_json: every condition with the value seen), and for the rules phase 2
-        dropped one compact entry per reason: why, and the rules as two parallel lists,
-        their ids and their versions (rule_ids[i] at rule_versions[i]). Two flat lists, not
-        one [id, version] pair per rule: PostgreSQL builds each nested array of a jsonb
-        value as a container of its own, which made these pairs the costliest part of
-        writing the trace."""
+        dropped one compact entry per reason: why, and the [id, version] of each rule."""
         out = [o.stored_json() for o in self.outcomes]
         for why, groups in self.unmatched.items():
-            if len(groups) == 1:
-                ids, versions = groups[0].ids, groups[0].versions
-            else:
-                ids = [i for g in groups for i in g.ids]
-                versions = [v for g in groups for v in g.versions]
-            out.append({"phase": int(Phase.METADATA), "fired": False, "reason": why,
-                        "rule_ids": ids, "rule_versions": versions})
+            rules = groups[0].traced if len(groups) == 1 else [r for g in groups for r in g.traced]
+            out.append({"phase": int(Phase.METADATA), "fired": False, "reason": why, "rules": rules})
         return out
 
 

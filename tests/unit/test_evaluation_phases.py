@@ -191,10 +191,8 @@ def test_a_batch_driver_gets_the_same_outcomes_and_a_compact_trace() -> None:
         {"rule_id": 2, "rule_version": 3, "fired": True, "phase": 4,
          "conditions": [{"path": "conditions.all[0]", "result": True, "seen": "yes"}],
          "filters": [{"path": "filters.all[0]", "result": True, "seen": "north"}]},
-        {"phase": 2, "fired": False, "reason": "metadata form is 'intake'", "rule_ids": [1, 3],
-         "rule_versions": [3, 3]},
-        {"phase": 2, "fired": False, "reason": "subject kind is 'case'", "rule_ids": [4],
-         "rule_versions": [3]},
+        {"phase": 2, "fired": False, "reason": "metadata form is 'intake'", "rules": [[1, 3], [3, 3]]},
+        {"phase": 2, "fired": False, "reason": "subject kind is 'case'", "rules": [[4, 3]]},
     ]
 
 
