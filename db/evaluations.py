@@ -18,11 +18,11 @@ After commit the new claims go to their product's preparation queue (TenantTx.cl
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from psycopg.types.json import Jsonb
+import msgspec
+from psycopg.types.json import Json
 
 from db.facts import BatchLoader, load_facts_of_subjects
 from db.rules import candidate_rules_of
@@ -68,13 +68,14 @@ RETURNING id, event_id
 _DONE = """
 UPDATE events e SET status = 'evaluated', evaluated_at = clock_timestamp(), lease_until = NULL,
        last_error = NULL, trace = t.trace
-FROM jsonb_to_recordset(%(traces)s) AS t(id bigint, trace jsonb)
+FROM json_to_recordset(%(traces)s) AS t(id bigint, trace json)
 WHERE e.id = t.id
 """
 
 
-def _compact_json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))
+def _compact_json(value: object) -> bytes:
+    """JSON without spaces, encoded in C (json.dumps took a tenth of an evaluation)."""
+    return msgspec.json.encode(value)
 
 
 def evaluate_claimed(tx: TenantTx, event_ids: list[int],
@@ -142,9 +143,9 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
         for ledger_id, event_id in tx.conn.execute(_CLAIM, claims).fetchall():
             tx.claims_to_prepare.append((product_of[int(str(event_id))], int(str(ledger_id))))
             report.claims += 1
-    # One JSON document for the batch's traces (a jsonb[] parameter would be dumped as an
-    # array literal, escaping every quote of every trace), without the spaces json.dumps
-    # puts after separators: less to write, send and parse.
-    tx.conn.execute(_DONE, {"traces": Jsonb(traces, dumps=_compact_json)})
+    # One JSON document for the batch's traces (an array parameter would be dumped as an
+    # array literal, escaping every quote of every trace), without spaces after separators:
+    # less to write, send and parse. events.trace is json, kept as written (migration 0011).
+    tx.conn.execute(_DONE, {"traces": Json(traces, dumps=_compact_json)})
     report.evaluated = len(outcomes)
     return report

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from domain.conditions import Facts, LeafTrace, WantedFacts, evaluate, prejudge
 from domain.rules import RuleDefinition
@@ -57,8 +57,10 @@ class EventFacts:
         return facts
 
 
-@dataclass(frozen=True)
-class RuleOutcome:
+class RuleOutcome(NamedTuple):
+    """One rule's result for one event (a named tuple: one is made per rule that reaches
+    phase 3, for every event)."""
+
     rule_id: int
     rule_version: int
     fired: bool
@@ -100,11 +102,30 @@ def metadata_mismatch(rule: RuleDefinition, event: EventFacts) -> str | None:
     return None
 
 
-def metadata_mismatch_in_short(rule: RuleDefinition, event: EventFacts) -> str | None:
+def metadata_mismatch_in_short(rule: RuleDefinition, event: EventFacts,
+                               said: dict[object, str] | None = None) -> str | None:
     """metadata_mismatch naming the event's side only (what the rule wants is in its
-    definition), so the rules phase 2 drops for the same reason are traced together."""
-    why = metadata_mismatch(rule, event)
-    return None if why is None else why.split(", the rule wants", 1)[0].split(" (the rule wants", 1)[0]
+    definition), so the rules phase 2 drops for the same reason are traced together.
+    ``said`` keeps the reasons already worded for this event: they depend on the event
+    alone (its kind, or one metadata key), so a batch's many filters word each once."""
+    said = {} if said is None else said
+    kind = rule.trigger.subject_kind
+    if kind is not None and kind != event.subject_kind:
+        if None not in said:
+            said[None] = f"subject kind is {event.subject_kind!r}"
+        return said[None]
+    metadata = event.metadata
+    for key, wanted in rule.trigger.metadata.items():
+        if key not in metadata:
+            if ("no", key) not in said:
+                said["no", key] = f"the event has no metadata {key!r}"
+            return said["no", key]
+        seen = metadata[key]
+        if seen != wanted or isinstance(seen, bool) != isinstance(wanted, bool):
+            if key not in said:
+                said[key] = f"metadata {key} is {seen!r}"
+            return said[key]
+    return None
 
 
 class TriggerIndex:
@@ -124,8 +145,9 @@ class TriggerIndex:
         of the others by why not."""
         kept: list[Candidate] = []
         dropped: dict[str, list[TriggerGroup]] = {}
+        said: dict[object, str] = {}
         for group in self.groups:
-            why = metadata_mismatch_in_short(group.definition, event)
+            why = metadata_mismatch_in_short(group.definition, event, said)
             if why is None:
                 kept.extend(group.members)
             else:
@@ -208,18 +230,24 @@ def evaluation(index: TriggerIndex, event: EventFacts) -> Evaluation:
     facts = event.known()
 
     # Phase 3. A rule whose conditions already fail on the facts at hand (a change it
-    # wants did not happen, a status it wants is another) loads nothing.
+    # wants did not happen, a status it wants is another) loads nothing. A rule whose
+    # conditions want no stored fact loads nothing either way: it is not prejudged.
+    # ``at_hand`` sees ``facts`` as they grow: what is loaded is added to that same dict.
     at_hand = Facts(facts, event.changes)
-    decided_false = {c.id for c in survivors if prejudge(c.definition.conditions, at_hand) is False}
+    decided_false: set[int] = set()
     wanted = WantedFacts()
     for c in survivors:
-        if c.id not in decided_false:
-            wanted = wanted.union(c.definition.condition_facts())
+        needs = c.definition.condition_facts()
+        if needs:
+            if prejudge(c.definition.conditions, at_hand) is False:
+                decided_false.add(c.id)
+            else:
+                wanted = wanted.union(needs)
     asked = wanted
     facts.update((yield wanted) or {})
     passed: list[tuple[Candidate, tuple[LeafTrace, ...]]] = []
     for c in survivors:
-        held, trace = evaluate(c.definition.conditions, Facts(facts, event.changes), "conditions",
+        held, trace = evaluate(c.definition.conditions, at_hand, "conditions",
                                not_loaded=c.id in decided_false)
         if held:
             passed.append((c, tuple(trace)))
@@ -232,7 +260,7 @@ def evaluation(index: TriggerIndex, event: EventFacts) -> Evaluation:
         wanted = wanted.union(c.definition.filter_facts())
     facts.update((yield wanted.minus(asked)) or {})
     for c, condition_trace in passed:
-        held, trace = evaluate(c.definition.filters, Facts(facts, event.changes), "filters")
+        held, trace = evaluate(c.definition.filters, at_hand, "filters")
         outcomes[c.id] = RuleOutcome(
             c.id, c.version, held, Phase.FILTERS,
             "fired" if held else "filter criteria do not hold", condition_trace, tuple(trace))

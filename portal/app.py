@@ -112,7 +112,8 @@ def create_app(
         per_user=portal_settings.inbox_streams_per_user,
         per_process=portal_settings.inbox_streams_per_process,
     )
-    inspector = QueueInspector.for_redis(settings.redis_url, settings.dramatiq_namespace)
+    # Depths from the broker the settings select (RabbitMQ's own counts when BROKER_URL is set).
+    inspector = QueueInspector.for_settings(settings)
     metrics_registry = CollectorRegistry()
     metrics_registry.register(WebCollector(
         inspector, listener, sweep_interval_seconds=settings.sweep_interval_seconds,

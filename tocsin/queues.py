@@ -38,7 +38,12 @@ CONSUMER_TTL_SECONDS = 3 * CONSUMER_BEAT_SECONDS  # seconds a record lives: two 
 
 
 class QueuesUnavailable(Exception):
-    """The broker (or the consumer registry) did not answer."""
+    """The broker (or the consumer registry) did not answer; ``service`` names which, for an
+    answer that must not carry the details (hosts, addresses)."""
+
+    def __init__(self, message: str, service: str = "Redis") -> None:
+        super().__init__(message)
+        self.service = service
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,7 @@ class RabbitmqQueueDepths:
                 if connection.is_open:
                     connection.close()
         except (pika.exceptions.AMQPError, OSError) as error:
-            raise QueuesUnavailable(f"RabbitMQ did not answer: {error!r}") from None
+            raise QueuesUnavailable(f"RabbitMQ did not answer: {error!r}", "RabbitMQ") from None
 
     def holding_messages(self) -> set[str]:
         """AMQP cannot list a vhost's queues; RabbitMQ's management tools show stray ones."""

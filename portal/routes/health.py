@@ -81,6 +81,6 @@ def healthz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     except DatabaseUnavailable as error:
         return _unavailable("PostgreSQL", error)
     except QueuesUnavailable as error:
-        return _unavailable("Redis", error)
+        return _unavailable(error.service, error)
     body = _verdict(status)
     return Response(body, status_code=HTTP_200_OK if status.ok else HTTP_503_SERVICE_UNAVAILABLE)

@@ -24,6 +24,7 @@ import pika
 import pytest
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
+from litestar.testing import TestClient
 
 from actors.broker import current_broker
 from actors.email import EMAILS_PER_MESSAGE
@@ -31,6 +32,7 @@ from actors.scan import scan_tenant, tick
 from actors.sweep import sweep
 from actors.sweeper_marker import MARKER_NAME
 from db.tenancy import Tenant
+from portal.app import create_app
 from tests.integration.builders import add_admin, add_client, delivery_statuses, ledger
 from tests.integration.conftest import WAIT_LIMIT, RunningWorker, SesOutbox, wait_until
 from tests.support.rabbitmq import LOCAL_RABBITMQ, create_vhost, delete_vhost, unreachable_reason
@@ -211,3 +213,31 @@ def test_status_exits_1_when_rabbitmq_does_not_answer() -> None:
 
     assert code == 1, out
     assert out.startswith("tocsin: error: RabbitMQ did not answer"), out
+
+
+def test_healthz_over_rabbitmq_counts_the_messages_waiting_in_rabbitmq(rabbitmq: str) -> None:
+    broker = current_broker()
+    broker.flush_all()
+    inspector = QueueInspector.for_settings(runtime.settings())
+    wait_until(lambda: all(q.consumers == 0 for q in inspector.states()),
+               "earlier workers' records to expire")
+    try:
+        tick.send()  # a scan tick nobody will run
+        with TestClient(app=create_app(runtime.settings())) as portal:
+            response = portal.get("/healthz")
+    finally:
+        broker.flush_all()
+
+    assert response.status_code == 503, response.text
+    assert "queue 'scan' has no live consumer (1 ready, 0 delayed)" in response.json()["problems"]
+    [scan] = [q for q in response.json()["queues"] if q["name"] == "scan"]
+    assert (scan["ready"], scan["consumers"], scan["unconsumed"]) == (1, 0, True)
+
+
+def test_healthz_says_rabbitmq_did_not_answer_when_it_does_not() -> None:
+    settings = replace(runtime.settings(), broker_url="amqp://guest:guest@127.0.0.1:1/%2F")  # nothing there
+    with TestClient(app=create_app(settings)) as portal:
+        response = portal.get("/healthz")
+
+    assert response.status_code == 503
+    assert response.json() == {"status": "degraded", "problems": ["RabbitMQ did not answer"]}

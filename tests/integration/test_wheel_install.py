@@ -26,6 +26,7 @@ import pytest
 from psycopg import sql
 
 from tests.integration.conftest import wait_until
+from tests.support import rabbitmq
 from tocsin.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,11 +148,18 @@ def test_tocsin_up_without_the_embedded_extra_says_what_to_set_or_install(instal
 
 
 @pytest.fixture
-def installed_web(installed: Installed) -> Iterator[str]:
+def own_queues() -> Iterator[dict[str, str]]:
+    """Queues of its own (a namespace, and a vhost on RabbitMQ): nothing the installed
+    processes enqueue reaches the suite's queues, and nothing the suite left in them reaches
+    the installed worker (which runs on a database of its own)."""
+    with rabbitmq.own_queues("tocsin-wheel") as env:
+        yield env
+
+
+@pytest.fixture
+def installed_web(installed: Installed, own_queues: dict[str, str]) -> Iterator[str]:
     port = free_port()
-    env = installed.env(PORT=str(port), WEB_HOST="127.0.0.1", PYTHONUNBUFFERED="1",
-                        # Its own queues: nothing this process might enqueue reaches the suite's.
-                        DRAMATIQ_NAMESPACE=f"tocsin-wheel-{uuid.uuid4().hex[:8]}")
+    env = installed.env(PORT=str(port), WEB_HOST="127.0.0.1", PYTHONUNBUFFERED="1", **own_queues)
     env.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
     log = (installed.elsewhere / "web.log").open("w+")
     process = subprocess.Popen([installed.command("tocsin"), "web"], cwd=installed.elsewhere, env=env,
@@ -211,12 +219,11 @@ def own_database() -> Iterator[str]:
 
 
 def test_tocsin_up_from_the_installed_package_runs_web_worker_and_clock_from_its_own_procfile(
-    installed: Installed, own_database: str
+    installed: Installed, own_database: str, own_queues: dict[str, str]
 ) -> None:
     port = free_port()
     env = installed.env(DATABASE_URL=own_database, PORT=str(port), WEB_HOST="127.0.0.1",
-                        PORTAL_URL=f"http://127.0.0.1:{port}", PYTHONUNBUFFERED="1",
-                        DRAMATIQ_NAMESPACE=f"tocsin-wheel-{uuid.uuid4().hex[:8]}",
+                        PORTAL_URL=f"http://127.0.0.1:{port}", PYTHONUNBUFFERED="1", **own_queues,
                         TOCSIN_HOME=str(installed.elsewhere / "up-state"),
                         WORKER_PROCESSES="1", WORKER_THREADS="1")
     env.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))

@@ -9,12 +9,15 @@ each, made with `rabbitmqctl` where this user may run it, else through the manag
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
+import os
 import shutil
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Iterator
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pika
@@ -64,6 +67,24 @@ def delete_vhost(url: str, vhost: str) -> None:
         _ctl("delete_vhost", vhost)
     else:
         _management(url, "DELETE", f"/api/vhosts/{quote(vhost, safe='')}")
+
+
+@contextlib.contextmanager
+def own_queues(prefix: str) -> Iterator[dict[str, str]]:
+    """The environment that gives processes started by a test queues of their own: a
+    Dramatiq namespace of their own and, when the run is on RabbitMQ (BROKER_URL), a vhost
+    of their own, deleted with everything in it when the block ends. Without it a worker the
+    test starts would consume the run's queues (RabbitMQ has no namespace)."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    broker = os.environ.get("BROKER_URL")
+    if not broker:
+        yield {"DRAMATIQ_NAMESPACE": namespace}
+        return
+    url = create_vhost(broker, namespace)
+    try:
+        yield {"DRAMATIQ_NAMESPACE": namespace, "BROKER_URL": url}
+    finally:
+        delete_vhost(broker, namespace)
 
 
 @functools.cache
