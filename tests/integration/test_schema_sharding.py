@@ -58,16 +58,26 @@ class _ObservedConnection:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
 
+    def _observe(self) -> None:
+        path = self._conn.execute("SELECT current_setting('search_path')").fetchone()[0]
+        scoped = str(path).split(",")[0].strip()
+        if scoped.startswith("t_"):
+            locked = {str(r[0]) for r in self._conn.execute(_SCHEMAS_LOCKED).fetchall()}
+            self._seen.by_tenant.setdefault(scoped, set()).update(locked)
+            self._seen.transactions += 1
+
+    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        # tenant_tx sends its own BEGIN (with the tenant lookup) and COMMIT: look just before
+        # the COMMIT, while the transaction's locks are still held.
+        if isinstance(query, str) and query.strip().upper() == "COMMIT":
+            self._observe()
+        return self._conn.execute(query, *args, **kwargs)
+
     @contextmanager
     def transaction(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         with self._conn.transaction(*args, **kwargs) as tx:
             yield tx
-            path = self._conn.execute("SELECT current_setting('search_path')").fetchone()[0]
-            scoped = str(path).split(",")[0].strip()
-            if scoped.startswith("t_"):
-                locked = {str(r[0]) for r in self._conn.execute(_SCHEMAS_LOCKED).fetchall()}
-                self._seen.by_tenant.setdefault(scoped, set()).update(locked)
-                self._seen.transactions += 1
+            self._observe()
 
 
 @pytest.fixture
