@@ -10,18 +10,25 @@ which ends its transaction and gives back its connection.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
+from itertools import islice
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+from litestar import Request
+from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from db.export_budget import ExportBudget, ExportSlot
+from db.tenancy import TenantTx
 from portal.settings import PortalSettings
 
 log = logging.getLogger("tocsin.portal")
 
 T = TypeVar("T")
+CSV_LINES_PER_CHUNK = 500  # lines per chunk written to the socket
 
 
 def download_time_limit(app: ASGIApp) -> ASGIApp:
@@ -55,3 +62,30 @@ async def in_threads(chunks: Iterator[T]) -> AsyncIterator[T]:
                     # The download is over either way (a connection the server already
                     # ended cannot roll back): note it, do not turn it into a second error.
                     log.exception("closing an abandoned download failed")
+
+
+def _csv_chunks(slot: ExportSlot, lines_of: Callable[[TenantTx], Iterator[str]]) -> Iterator[str]:
+    """The CSV in chunks, read from the cursor as the socket takes them, on one of the
+    exports' own connections; the transaction stays open for the stream's length (within
+    the export budget's limits) and closes, giving back the slot, however it ends."""
+    try:
+        with slot.transaction() as tx:
+            lines = lines_of(tx)
+            while chunk := "".join(islice(lines, CSV_LINES_PER_CHUNK)):
+                yield chunk
+    finally:
+        slot.release()
+
+
+def csv_download(request: Request[Any, Any, Any], tenant_slug: str, what: str,
+                 lines_of: Callable[[TenantTx], Iterator[str]]) -> Stream:
+    """A CSV export (the ledger, the obligations) as a streamed attachment within the
+    export budget: 429 or 503 before any byte when the budget is spent."""
+    budget: ExportBudget = request.app.state["export_budget"]
+    slot = budget.reserve(tenant_slug)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return Stream(
+        in_threads(_csv_chunks(slot, lines_of)), media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition":
+                 f'attachment; filename="tocsin-{what}-{tenant_slug}-{stamp}.csv"'},
+    )

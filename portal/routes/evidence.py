@@ -4,9 +4,7 @@ person (stuck claims, failed and unknown deliveries)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime
-from itertools import islice
+from datetime import datetime
 from typing import Annotated, Any
 
 from litestar import Request, get
@@ -26,7 +24,6 @@ from db.evidence import (
     stuck_claims,
     troubled_deliveries,
 )
-from db.export_budget import ExportBudget, ExportSlot
 from db.inbox import unread_count
 from db.rules import list_rules
 from db.runs import last_runs
@@ -34,11 +31,10 @@ from db.tenancy import tenant_tx
 from domain.errors import InvalidInput, NotFound
 from domain.identity import parse_date, parse_whole_number
 from portal.auth import CurrentViewer, Viewer
-from portal.downloads import download_time_limit, in_threads
+from portal.downloads import csv_download, download_time_limit
 from tocsin.config import Settings
 from tocsin.status import tenant_liveness
 
-CSV_LINES_PER_CHUNK = 500  # lines per chunk written to the socket
 STATUS_LABELS = {
     LedgerStatus.CLAIMED: "Claimed", LedgerStatus.SKIPPED: "Skipped (window passed)",
     LedgerStatus.CANCELLED: "Cancelled", LedgerStatus.DELIVERED: "Delivered",
@@ -116,33 +112,14 @@ def ledger(
     )
 
 
-def _export(slot: ExportSlot, filters: LedgerFilter) -> Iterator[str]:
-    """The CSV in chunks, read from the cursor as the socket takes them, on one of the
-    exports' own connections; the transaction stays open for the stream's length (within
-    the export budget's limits) and closes, giving back the slot, however it ends."""
-    try:
-        with slot.transaction() as tx:
-            lines = csv_lines(iter_ledger(tx, filters))
-            while chunk := "".join(islice(lines, CSV_LINES_PER_CHUNK)):
-                yield chunk
-    finally:
-        slot.release()
-
-
 @get("/ledger.csv", sync_to_thread=False, dependencies={"filters": Filters},
      middleware=[download_time_limit])
 def ledger_csv(
     request: Request[Any, Any, Any], viewer: CurrentViewer, filters: NamedDependency[LedgerFilter]
 ) -> Stream:
     _admin(viewer)
-    budget: ExportBudget = request.app.state["export_budget"]
-    slot = budget.reserve(viewer.tenant.slug)  # 429 or 503 when over budget, before any byte
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    return Stream(
-        in_threads(_export(slot, filters)), media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition":
-                 f'attachment; filename="tocsin-ledger-{viewer.tenant.slug}-{stamp}.csv"'},
-    )
+    return csv_download(request, viewer.tenant.slug, "ledger",
+                        lambda tx: csv_lines(iter_ledger(tx, filters)))
 
 
 @get("/ledger/attention", sync_to_thread=True)

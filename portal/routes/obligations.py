@@ -6,9 +6,7 @@ delivery. Client users have no access: the subjects are the organisation's own r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
-from itertools import islice
 from typing import Annotated, Any
 
 from litestar import Request, get
@@ -17,7 +15,6 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Stream, Template
 
 from db.evidence import attempts_for
-from db.export_budget import ExportBudget, ExportSlot
 from db.inbox import unread_count
 from db.obligations import (
     Cursor,
@@ -34,9 +31,7 @@ from db.tenancy import tenant_tx
 from domain.errors import Forbidden, InvalidInput
 from domain.identity import parse_whole_number
 from portal.auth import CurrentViewer, Viewer
-from portal.downloads import download_time_limit, in_threads
-
-CSV_LINES_PER_CHUNK = 500  # lines per chunk written to the socket
+from portal.downloads import csv_download, download_time_limit
 
 Text = Annotated[str, QueryParameter(max_length=100)]
 
@@ -94,32 +89,15 @@ def obligations(
     )
 
 
-def _export(slot: ExportSlot, filters: ObligationFilter, as_of: datetime) -> Iterator[str]:
-    """The CSV in chunks from a server-side cursor, on one of the exports' own connections
-    (the ledger export's budget), released however the download ends."""
-    try:
-        with slot.transaction() as tx:
-            lines = csv_lines(iter_obligations(tx, filters, as_of))
-            while chunk := "".join(islice(lines, CSV_LINES_PER_CHUNK)):
-                yield chunk
-    finally:
-        slot.release()
-
-
 @get("/obligations.csv", sync_to_thread=False, dependencies={"filters": Filters},
      middleware=[download_time_limit])
 def obligations_csv(
     request: Request[Any, Any, Any], viewer: CurrentViewer, filters: NamedDependency[ObligationFilter]
 ) -> Stream:
     _team(viewer)
-    budget: ExportBudget = request.app.state["export_budget"]
-    slot = budget.reserve(viewer.tenant.slug)  # 429 or 503 when over budget, before any byte
-    now = datetime.now(UTC)
-    return Stream(
-        in_threads(_export(slot, filters, now)), media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition":
-                 f'attachment; filename="tocsin-obligations-{viewer.tenant.slug}-{now:%Y%m%d-%H%M%S}.csv"'},
-    )
+    as_of = datetime.now(UTC)
+    return csv_download(request, viewer.tenant.slug, "obligations",
+                        lambda tx: csv_lines(iter_obligations(tx, filters, as_of)))
 
 
 @get("/obligations/subjects/{subject_id:int}", sync_to_thread=True)
