@@ -9,7 +9,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize, expect
+from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from db.clients import create_client
 from db.ledger import prepare_claims
@@ -17,6 +17,8 @@ from db.licences import claim_due_milestones
 from db.tenancy import Tenant, tenant_tx
 from db.users import create_user
 from domain.identity import Role
+from tests.browser import pages
+from tests.browser.pages import open_page
 
 pytestmark = pytest.mark.browser
 
@@ -24,7 +26,6 @@ PASSWORD = "correct horse battery"
 EMAIL = "ops@northwind.example"
 DESKTOP: ViewportSize = {"width": 1280, "height": 800}
 PHONE: ViewportSize = {"width": 390, "height": 844}
-EXPECT_TIMEOUT = 15_000  # milliseconds a page may take to show what the test waits for
 
 
 def seed_client_user_with_a_reminder(tenant: Tenant) -> None:
@@ -37,30 +38,9 @@ def seed_client_user_with_a_reminder(tenant: Tenant) -> None:
         prepare_claims(tx)
 
 
-def open_page(browser: Browser, viewport: ViewportSize) -> tuple[Page, list[str]]:
-    """A fresh browser context; console errors (a CSP violation, a failed htmx request) are
-    collected so the test can insist there are none."""
-    context = browser.new_context(viewport=viewport)
-    context.set_default_timeout(EXPECT_TIMEOUT)
-    page = context.new_page()
-    errors: list[str] = []
-
-    def record(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            errors.append(message.text)
-
-    page.on("console", record)
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    return page, errors
-
-
 def sign_in(page: Page, portal_url: str, tenant: Tenant, email: str = EMAIL,
             path: str = "/login") -> None:
-    page.goto(f"{portal_url}{path}")
-    page.get_by_label("Organisation").fill(tenant.slug)
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    pages.sign_in(page, portal_url, tenant, email, PASSWORD, path)
 
 
 def test_a_client_user_signs_in_reads_the_reminder_and_the_badge_goes_to_zero(

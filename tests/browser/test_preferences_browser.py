@@ -6,19 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, expect
+from playwright.sync_api import Browser, expect
 
 from db.preferences import delivery_schedule, resolve_preference, save_category_default
 from db.tenancy import Tenant, tenant_tx
 from db.users import create_user
 from domain.identity import Role
 from domain.preferences import Frequency, Preference
+from tests.browser.pages import open_page, sign_in
 
 pytestmark = pytest.mark.browser
 
 PASSWORD = "correct horse battery"
 EMAIL = "member@northwind.example"
-EXPECT_TIMEOUT = 15_000  # milliseconds a page may take to show what the test waits for
 
 
 def test_a_member_sets_channels_frequency_and_quiet_hours_without_a_reload(
@@ -30,21 +30,8 @@ def test_a_member_sets_channels_frequency_and_quiet_hours_without_a_reload(
         save_category_default(tx, "license_expiring", Preference(True, True, Frequency.INSTANT),
                               locked=True, lock_reason="Licence notices are part of your contract",
                               critical=True, by_user_id=admin.id)
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(EXPECT_TIMEOUT)
-    page = context.new_page()
-    errors: list[str] = []
-
-    def record(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            errors.append(message.text)
-
-    page.on("console", record)
-    page.goto(f"{portal_url}/login?next=/preferences")
-    page.get_by_label("Organisation").fill(tenant.slug)
-    page.get_by_label("Email").fill(EMAIL)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    page, errors = open_page(browser, {"width": 1280, "height": 900})
+    sign_in(page, portal_url, tenant, EMAIL, PASSWORD, path="/login?next=/preferences")
     expect(page.get_by_role("heading", name="Notification preferences")).to_be_visible()
     page.evaluate("window.__notReloaded = true")  # gone if anything below reloads the page
 
@@ -99,4 +86,4 @@ def test_a_member_sets_channels_frequency_and_quiet_hours_without_a_reload(
     page.screenshot(path=artifacts / "preferences-phone.png", full_page=True)
     overflow = page.evaluate("document.documentElement.scrollWidth > window.innerWidth")
     assert overflow is False, "the preference centre scrolls sideways on a phone"
-    context.close()
+    page.context.close()

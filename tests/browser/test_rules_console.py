@@ -9,12 +9,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Locator, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from db.rules import create_rule, get_rule, list_rules
 from db.tenancy import Tenant, tenant_tx
 from db.users import create_user
 from domain.identity import Role
+from tests.browser.pages import open_page, sign_in
 from tests.integration.portal_support import local_today
 from tests.integration.rule_builders import add_product, add_subject
 
@@ -22,14 +23,24 @@ pytestmark = pytest.mark.browser
 
 PASSWORD = "correct horse battery"
 ADMIN = "admin@metrology.example"
-EXPECT_TIMEOUT = 15_000  # milliseconds a page may take to show what the test waits for
 
 
 def choose(page: Page, row: Locator, name: str, value: str) -> None:
     """Pick an option of a condition row's select and wait for htmx to redraw the row (each
-    drawing has an id of its own): the next choice is made in the new row."""
+    drawing has an id of its own): the next choice is made in the new row.
+
+    htmx binds a freshly swapped-in row when it settles, a moment after the row appears; a
+    change made in between is not seen. So the change is sent again until the redraw comes
+    (sending it twice redraws the same row twice, which is harmless)."""
     before = row.get_attribute("id")
-    row.locator(f"select[name={name}]").select_option(value)
+    select = row.locator(f"select[name={name}]")
+    select.select_option(value)
+    for _ in range(10):
+        try:
+            expect(page.locator(f"#{before}")).to_have_count(0, timeout=2_000)
+            return
+        except AssertionError:
+            select.dispatch_event("change")
     expect(page.locator(f"#{before}")).to_have_count(0)
 
 
@@ -54,21 +65,8 @@ def test_an_admin_builds_previews_dry_runs_and_enables_a_time_rule(
         tx.conn.execute("UPDATE subjects SET status = 'closed', title = 'Balance B-12', "
                         "updated_at = now() + interval '1 minute' WHERE id = %s", [closed])
 
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(EXPECT_TIMEOUT)
-    page = context.new_page()
-    errors: list[str] = []
-
-    def record(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            errors.append(message.text)
-
-    page.on("console", record)
-    page.goto(f"{portal_url}/login?next=/rules")
-    page.get_by_label("Organisation").fill(tenant.slug)
-    page.get_by_label("Email").fill(ADMIN)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
+    page, errors = open_page(browser, {"width": 1280, "height": 900})
+    sign_in(page, portal_url, tenant, ADMIN, PASSWORD, path="/login?next=/rules")
     expect(page.get_by_role("heading", name="Rules", exact=True)).to_be_visible()
     expect(page.get_by_role("link", name="Instrument registered", exact=True)).to_be_visible()
 
@@ -153,4 +151,4 @@ def test_an_admin_builds_previews_dry_runs_and_enables_a_time_rule(
         " > window.innerWidth + 1).map(e => e.tagName + '.' + e.className + '#' + e.id)")
     assert wide == [], f"the builder scrolls sideways on a phone: {wide}"
     page.screenshot(path=artifacts / "rules-builder-phone.png", full_page=True)
-    context.close()
+    page.context.close()
