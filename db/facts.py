@@ -47,21 +47,26 @@ def load_facts(tx: TenantTx, subject_id: int, wanted: WantedFacts) -> dict[str, 
 
 
 # The same three families for many subjects at once: the wanted (subject, key) pairs as
-# parallel arrays, unnested together.
+# parallel arrays, unnested together, each pair looked up by its primary key (LATERAL with
+# OFFSET 0 keeps it a nested loop of index probes: on a small table the planner would
+# otherwise hash the pairs and read every row of the family).
 _FIELDS_OF = (
-    "SELECT f.subject_id, f.name, f.value FROM subject_fields f "
-    "JOIN unnest(%s::bigint[], %s::text[]) AS w (subject_id, name) "
-    "  ON f.subject_id = w.subject_id AND f.name = w.name"
+    "SELECT w.subject_id, w.name, f.value "
+    "FROM unnest(%s::bigint[], %s::text[]) AS w (subject_id, name) "
+    "CROSS JOIN LATERAL (SELECT f.value FROM subject_fields f "
+    "  WHERE f.subject_id = w.subject_id AND f.name = w.name OFFSET 0) f"
 )
 _FORMS_OF = (
-    "SELECT a.subject_id, a.form, a.field, a.value FROM subject_form_answers a "
-    "JOIN unnest(%s::bigint[], %s::text[], %s::text[]) AS w (subject_id, form, field) "
-    "  ON a.subject_id = w.subject_id AND a.form = w.form AND a.field = w.field"
+    "SELECT w.subject_id, w.form, w.field, a.value "
+    "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS w (subject_id, form, field) "
+    "CROSS JOIN LATERAL (SELECT a.value FROM subject_form_answers a "
+    "  WHERE a.subject_id = w.subject_id AND a.form = w.form AND a.field = w.field OFFSET 0) a"
 )
 _LEVELS_OF = (
-    "SELECT h.subject_id, h.level, u.code FROM subject_hierarchy h "
-    "JOIN unnest(%s::bigint[], %s::text[]) AS w (subject_id, level) "
-    "  ON h.subject_id = w.subject_id AND h.level = w.level "
+    "SELECT w.subject_id, w.level, u.code "
+    "FROM unnest(%s::bigint[], %s::text[]) AS w (subject_id, level) "
+    "CROSS JOIN LATERAL (SELECT h.unit_id FROM subject_hierarchy h "
+    "  WHERE h.subject_id = w.subject_id AND h.level = w.level OFFSET 0) h "
     "JOIN hierarchy_units u ON u.id = h.unit_id"
 )
 
@@ -83,13 +88,13 @@ def load_facts_of_subjects(tx: TenantTx,
         level_rows = tx.conn.execute(_LEVELS_OF, [list(c) for c in zip(*levels, strict=True)]) \
             if levels else None
     if field_rows is not None:
-        for subject, name, value in field_rows:
+        for subject, name, value in field_rows.fetchall():
             facts[int(str(subject))][f"field.{name}"] = value
     if form_rows is not None:
-        for subject, form, answer, value in form_rows:
+        for subject, form, answer, value in form_rows.fetchall():
             facts[int(str(subject))][f"form.{form}.{answer}"] = value
     if level_rows is not None:
-        for subject, level, code in level_rows:
+        for subject, level, code in level_rows.fetchall():
             facts[int(str(subject))][f"hierarchy.{level}"] = code
     return facts
 

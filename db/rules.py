@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 from db.tenancy import TenantTx
 from domain.conditions import PathError
 from domain.errors import Conflict, InvalidInput, NotFound
-from domain.evaluation import Candidate
+from domain.evaluation import Candidate, TriggerIndex
 from domain.rules import (
     InvalidRule,
     RuleDefinition,
@@ -241,6 +241,7 @@ def import_rules(tx: TenantTx, data: object, by: str,
 _CACHE_SIZE = 20_000  # parsed definitions kept by (tenant id, rule id, version)
 _parsed: OrderedDict[tuple[int, int, int], RuleDefinition] = OrderedDict()
 _parsed_lock = threading.Lock()
+_NO_CANDIDATES = TriggerIndex([])
 
 
 CandidateKey = tuple[str, str, str | None]  # (product, event type, trigger type)
@@ -249,12 +250,18 @@ CandidateKey = tuple[str, str, str | None]  # (product, event type, trigger type
 # parallel arrays; a rule answers every key of its product and kind whose trigger type it
 # lists (updates) or any (created: no trigger type). Served by rules_candidates.
 _CANDIDATES = """
-SELECT w.n, r.id, r.version
+SELECT w.n, array_agg(r.id ORDER BY r.id), array_agg(r.version ORDER BY r.id)
 FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS w (product, kind, trigger, n)
 JOIN rules r ON r.enabled AND r.product = w.product AND r.kind = w.kind
             AND (w.trigger IS NULL OR w.trigger = ANY(r.trigger_types))
-ORDER BY w.n, r.id
+GROUP BY w.n
 """
+
+# A key's candidates and their phase-2 index, kept by the exact (rule, version) list that
+# phase 1 answered: the same list answers the same candidates, so a batch after the first
+# builds nothing (a changed or disabled rule changes the list, hence the entry).
+_INDEX_CACHE_SIZE = 4_000
+_indexes: OrderedDict[tuple[int, tuple[int, ...], tuple[int, ...]], TriggerIndex] = OrderedDict()
 
 
 def candidate_rules(tx: TenantTx, product: str, event_type: str,
@@ -265,19 +272,37 @@ def candidate_rules(tx: TenantTx, product: str, event_type: str,
 
 
 def candidate_rules_of(tx: TenantTx, keys: list[CandidateKey]) -> dict[CandidateKey, list[Candidate]]:
-    """Phase 1 for every (product, event type, trigger type) of a batch, in one statement.
-    A (rule, version) is immutable, so its parsed definition is kept in process and only
-    new versions' definitions are read (a second statement, only then)."""
+    """Phase 1 for every (product, event type, trigger type) of a batch, in one statement."""
+    return {k: list(index.candidates) for k, index in candidate_indexes_of(tx, keys).items()}
+
+
+def candidate_indexes_of(tx: TenantTx, keys: list[CandidateKey]) -> dict[CandidateKey, TriggerIndex]:
+    """Phase 1 for every (product, event type, trigger type) of a batch, in one statement,
+    each key's candidates (in rule id order) indexed for phase 2. A (rule, version) is
+    immutable, so its parsed definition is kept in process and only new versions'
+    definitions are read (a second statement, only then); the index of a list of (rule,
+    version) already seen is reused."""
     keys = list(dict.fromkeys(keys))
     if not keys:
         return {}
     rows = tx.conn.execute(_CANDIDATES, [[k[0] for k in keys], [k[1] for k in keys],
                                          [k[2] for k in keys]]).fetchall()
     tenant = tx.tenant.id
-    found = [(int(str(n)) - 1, (tenant, int(str(i)), int(str(v)))) for n, i, v in rows]
+    out: dict[CandidateKey, TriggerIndex] = {k: _NO_CANDIDATES for k in keys}
+    missing: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
     with _parsed_lock:
-        known = {k: _parsed[k] for _, k in found if k in _parsed}
-    unknown = list(dict.fromkeys(k for _, k in found if k not in known))
+        for n, ids, versions in rows:
+            signature: tuple[int, tuple[int, ...], tuple[int, ...]] = (
+                tenant, tuple(ids), tuple(versions))  # type: ignore[arg-type]
+            index = _indexes.get(signature)
+            if index is None:
+                missing[int(str(n)) - 1] = signature
+            else:
+                _indexes.move_to_end(signature)
+                out[keys[int(str(n)) - 1]] = index
+        wanted = {(tenant, i, v) for _, ids, vs in missing.values() for i, v in zip(ids, vs, strict=True)}
+        known = {k: _parsed[k] for k in wanted if k in _parsed}
+    unknown = sorted(wanted - set(known))
     if unknown:
         # From the immutable versions, not the rules row: a change committed since the
         # first statement must not be cached under the version read there.
@@ -292,8 +317,14 @@ def candidate_rules_of(tx: TenantTx, keys: list[CandidateKey]) -> dict[Candidate
                 known[key] = _parsed[key] = stored_rule(definition)  # type: ignore[arg-type]
             while len(_parsed) > _CACHE_SIZE:
                 _parsed.popitem(last=False)
-    out: dict[CandidateKey, list[Candidate]] = {k: [] for k in keys}
-    for n, k in found:
-        if k in known:
-            out[keys[n]].append(Candidate(k[1], k[2], known[k]))
+    with _parsed_lock:
+        for n, signature in missing.items():
+            _, ids, vs = signature
+            index = TriggerIndex([Candidate(i, v, known[tenant, i, v])
+                                  for i, v in zip(ids, vs, strict=True) if (tenant, i, v) in known])
+            if len(index.candidates) == len(ids):  # a version deleted meanwhile: not kept
+                _indexes[signature] = index
+                while len(_indexes) > _INDEX_CACHE_SIZE:
+                    _indexes.popitem(last=False)
+            out[keys[n]] = index
     return out

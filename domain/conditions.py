@@ -132,9 +132,28 @@ class WantedFacts:
         return WantedFacts(self.fields - other.fields, self.forms - other.forms,
                            self.levels - other.levels)
 
+    @staticmethod
+    def union_of(wants: list[WantedFacts]) -> WantedFacts:
+        """Every key of all of them, in one pass (not a new set per pair)."""
+        if not wants:
+            return _NOTHING
+        if len(wants) == 1:
+            return wants[0]
+        fields: set[str] = set()
+        forms: set[tuple[str, str]] = set()
+        levels: set[str] = set()
+        for w in wants:
+            fields |= w.fields
+            forms |= w.forms
+            levels |= w.levels
+        return WantedFacts(frozenset(fields), frozenset(forms), frozenset(levels))
+
     def union(self, other: WantedFacts) -> WantedFacts:
         return WantedFacts(self.fields | other.fields, self.forms | other.forms,
                            self.levels | other.levels)
+
+
+_NOTHING = WantedFacts()
 
 
 # --- validation ----------------------------------------------------------------------
@@ -362,21 +381,7 @@ def prejudge(tree: Mapping[str, Any], facts: Facts) -> bool | None:
     """The tree's result from the facts at hand alone (the event's changes, the subject
     row, the event metadata), or None when it depends on stored facts not loaded yet
     (three-valued: an "all" with a false leaf is false whatever the others hold)."""
-    def node(n: Mapping[str, Any]) -> bool | None:
-        if "all" in n or "any" in n:
-            key, items = next(iter(n.items()))
-            results = [node(item) for item in items]
-            if key == "all":
-                return False if False in results else None if None in results else True
-            return True if True in results else None if None in results else False
-        if stored(n):
-            return None
-        source = facts.changes if n["op"] in CHANGE_OPS else facts.values
-        seen = source.get(n["fact"], _MISSING)
-        missing = seen is _MISSING
-        return _apply(n["op"], None if missing else seen, missing, n.get("value"))[0]
-
-    return node(tree)
+    return compile_tree(tree).prejudge(facts)
 
 
 NOT_LOADED = "not loaded: the facts at hand already decide the result"
@@ -388,33 +393,106 @@ def evaluate(tree: Mapping[str, Any], facts: Facts, path: str = "conditions",
     are evaluated, so the trace shows everything an admin may ask about). With
     ``not_loaded``, stored facts were deliberately not loaded (prejudge decided): their
     leaves are traced as not loaded instead of missing."""
-    trace: list[LeafTrace] = []
+    return compile_tree(tree, path).evaluate(facts, not_loaded)
 
-    def group(node: Mapping[str, Any], at: str) -> bool:
-        key, items = next(iter(node.items()))
-        results = []
-        for i, item in enumerate(items):
-            where = f"{at}.{key}[{i}]"
-            if "all" in item or "any" in item:
-                results.append(group(item, where))
+
+class _Leaf(NamedTuple):
+    path: str
+    fact: str
+    op: str
+    expected: object
+    stored: bool  # needs a stored fact (see ``stored``)
+    change: bool  # looks at the event's changes, not at the facts
+
+
+class _Group(NamedTuple):
+    every: bool  # "all" (else "any")
+    items: tuple[_Leaf | _Group, ...]
+
+
+def _compile(node: Mapping[str, Any], at: str) -> _Group:
+    key, items = next(iter(node.items()))
+    out: list[_Leaf | _Group] = []
+    for i, item in enumerate(items):
+        where = f"{at}.{key}[{i}]"
+        if "all" in item or "any" in item:
+            out.append(_compile(item, where))
+        else:
+            out.append(_Leaf(where, item["fact"], item["op"], item.get("value"), stored(item),
+                             item["op"] in CHANGE_OPS))
+    return _Group(key == "all", tuple(out))
+
+
+class CompiledTree:
+    """A valid condition tree walked once into groups and leaves whose paths, fact families
+    and operators' sources are worked out in advance: a rule version's tree is compiled
+    once (RuleDefinition) and evaluated for every event, with the same results and trace
+    as walking the JSON each time."""
+
+    __slots__ = ("root", "wants_stored")
+
+    def __init__(self, tree: Mapping[str, Any], path: str = "conditions") -> None:
+        self.root = _compile(tree, path)
+        self.wants_stored = any(leaf.stored for leaf in _walk(self.root))
+
+    def evaluate(self, facts: Facts, not_loaded: bool = False) -> tuple[bool, list[LeafTrace]]:
+        trace: list[LeafTrace] = []
+        values, changes = facts.values, facts.changes
+
+        def group(g: _Group) -> bool:
+            results = [group(item) if type(item) is _Group else leaf(item)  # type: ignore[arg-type]
+                       for item in g.items]
+            return all(results) if g.every else any(results)
+
+        def leaf(n: _Leaf) -> bool:
+            if not_loaded and n.stored:
+                trace.append(LeafTrace(n.path, n.fact, n.op, n.expected, None, True, False,
+                                       NOT_LOADED))
+                return False
+            seen = (changes if n.change else values).get(n.fact, _MISSING)
+            if seen is _MISSING:
+                result, reason = _apply(n.op, None, True, n.expected)
+                trace.append(LeafTrace(n.path, n.fact, n.op, n.expected, None, True, result,
+                                       reason))
             else:
-                results.append(leaf(item, where))
-        return all(results) if key == "all" else any(results)
+                result, reason = _apply(n.op, seen, False, n.expected)
+                trace.append(LeafTrace(n.path, n.fact, n.op, n.expected, seen, False, result,
+                                       reason))
+            return result
 
-    def leaf(node: Mapping[str, Any], at: str) -> bool:
-        fact, op, expected = node["fact"], node["op"], node.get("value")
-        if not_loaded and stored(node):
-            trace.append(LeafTrace(at, fact, op, expected, None, True, False, NOT_LOADED))
-            return False
-        source = facts.changes if op in CHANGE_OPS else facts.values
-        seen = source.get(fact, _MISSING)
-        missing = seen is _MISSING
-        result, reason = _apply(op, None if missing else seen, missing, expected)
-        trace.append(LeafTrace(at, fact, op, expected, None if missing else seen, missing,
-                               result, reason))
-        return result
+        return group(self.root), trace
 
-    return group(tree, path), trace
+    def prejudge(self, facts: Facts) -> bool | None:
+        values, changes = facts.values, facts.changes
+
+        def node(n: _Leaf | _Group) -> bool | None:
+            if type(n) is _Group:
+                results = [node(item) for item in n.items]
+                if n.every:
+                    return False if False in results else None if None in results else True
+                return True if True in results else None if None in results else False
+            assert isinstance(n, _Leaf)
+            if n.stored:
+                return None
+            seen = (changes if n.change else values).get(n.fact, _MISSING)
+            missing = seen is _MISSING
+            return _apply(n.op, None if missing else seen, missing, n.expected)[0]
+
+        return node(self.root)
+
+
+def compile_tree(tree: Mapping[str, Any], path: str = "conditions") -> CompiledTree:
+    return CompiledTree(tree, path)
+
+
+def _walk(g: _Group) -> list[_Leaf]:
+    out: list[_Leaf] = []
+    for item in g.items:
+        if isinstance(item, _Leaf):
+            out.append(item)
+        else:
+            out.extend(_walk(item))
+    return out
 
 
 def _same(a: object, b: object) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from domain.conditions import Facts, LeafTrace, WantedFacts, evaluate, prejudge
+from domain.conditions import Facts, LeafTrace, WantedFacts
 from domain.rules import RuleDefinition
 
 # Given the stored facts wanted (by family), their values by fact name; a fact the subject
@@ -235,32 +235,30 @@ def evaluation(index: TriggerIndex, event: EventFacts) -> Evaluation:
     # ``at_hand`` sees ``facts`` as they grow: what is loaded is added to that same dict.
     at_hand = Facts(facts, event.changes)
     decided_false: set[int] = set()
-    wanted = WantedFacts()
+    needed: list[WantedFacts] = []
     for c in survivors:
         needs = c.definition.condition_facts()
         if needs:
-            if prejudge(c.definition.conditions, at_hand) is False:
+            if c.definition.compiled_conditions().prejudge(at_hand) is False:
                 decided_false.add(c.id)
             else:
-                wanted = wanted.union(needs)
-    asked = wanted
-    facts.update((yield wanted) or {})
+                needed.append(needs)
+    asked = WantedFacts.union_of(needed)
+    facts.update((yield asked) or {})
     passed: list[tuple[Candidate, tuple[LeafTrace, ...]]] = []
     for c in survivors:
-        held, trace = evaluate(c.definition.conditions, at_hand, "conditions",
-                               not_loaded=c.id in decided_false)
+        held, trace = c.definition.compiled_conditions().evaluate(
+            at_hand, not_loaded=c.id in decided_false)
         if held:
             passed.append((c, tuple(trace)))
         else:
             outcomes[c.id] = RuleOutcome(c.id, c.version, False, Phase.CONDITIONS,
                                          "trigger conditions do not hold", tuple(trace))
 
-    wanted = WantedFacts()
-    for c, _ in passed:
-        wanted = wanted.union(c.definition.filter_facts())
+    wanted = WantedFacts.union_of([c.definition.filter_facts() for c, _ in passed])
     facts.update((yield wanted.minus(asked)) or {})
     for c, condition_trace in passed:
-        held, trace = evaluate(c.definition.filters, at_hand, "filters")
+        held, trace = c.definition.compiled_filters().evaluate(at_hand)
         outcomes[c.id] = RuleOutcome(
             c.id, c.version, held, Phase.FILTERS,
             "fired" if held else "filter criteria do not hold", condition_trace, tuple(trace))

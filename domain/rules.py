@@ -17,6 +17,7 @@ from typing import Any
 
 from domain.conditions import (
     CHANGE_OPS,
+    CompiledTree,
     PathError,
     WantedFacts,
     facts_to_load,
@@ -126,6 +127,22 @@ class RuleDefinition:
     def filter_facts(self) -> WantedFacts:
         facts: WantedFacts = self.__dict__["_filter_facts"]
         return facts
+
+    def compiled_conditions(self) -> CompiledTree:
+        """Phase 3's tree compiled once per parsed definition (made on first use)."""
+        tree: CompiledTree | None = self.__dict__.get("_compiled_conditions")
+        if tree is None:
+            tree = CompiledTree(self.conditions, "conditions")
+            object.__setattr__(self, "_compiled_conditions", tree)
+        return tree
+
+    def compiled_filters(self) -> CompiledTree:
+        """Phase 4's tree compiled once per parsed definition (made on first use)."""
+        tree: CompiledTree | None = self.__dict__.get("_compiled_filters")
+        if tree is None:
+            tree = CompiledTree(self.filters, "filters")
+            object.__setattr__(self, "_compiled_filters", tree)
+        return tree
 
     def trigger_filter(self) -> str:
         """Phase 2's test as a key (the subject kind and metadata wanted): rules with the
