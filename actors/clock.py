@@ -30,6 +30,7 @@ def run_clock(stop: threading.Event | None = None) -> None:
     from actors.sweep import sweep
 
     runtime.start_messaging(settings)  # the broker the ticks are sent through
+    runtime.tune_collector()
 
     stop = stop or threading.Event()
 

@@ -20,3 +20,4 @@ def boot() -> None:
     settings = runtime.start(load_settings())
     runtime.start_messaging(settings)
     install_endpoint(current_broker(), settings)  # the Prometheus endpoint, when one is set
+    runtime.tune_collector()

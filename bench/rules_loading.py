@@ -422,7 +422,10 @@ def _bench(args: argparse.Namespace) -> int:
     from db.migrations import drop_schema
     from db.pool import connection
     from db.tenancy import create_tenant
+    from tocsin import runtime
 
+    # The worker's process settings (actors/worker.py boot): the evaluation below is its code.
+    runtime.tune_collector()
     rng = random.Random(args.seed)
     slug = f"rulebench-{uuid.uuid4().hex[:8]}"
     tenant = create_tenant(slug, "Rules bench", "Europe/London")

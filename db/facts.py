@@ -103,14 +103,16 @@ def load_all_facts(tx: TenantTx, subject_id: int) -> dict[str, object]:
     """Every stored fact of the subject, whatever the rules reference (three queries)."""
     facts: dict[str, object] = {}
     for name, value in tx.conn.execute(
-            "SELECT name, value FROM subject_fields WHERE subject_id = %s", [subject_id]):
+            "SELECT name, value FROM subject_fields WHERE subject_id = %s", [subject_id]).fetchall():
         facts[f"field.{name}"] = value
     for form, answer, value in tx.conn.execute(
-            "SELECT form, field, value FROM subject_form_answers WHERE subject_id = %s", [subject_id]):
+            "SELECT form, field, value FROM subject_form_answers WHERE subject_id = %s", [subject_id]
+    ).fetchall():
         facts[f"form.{form}.{answer}"] = value
     for level, code in tx.conn.execute(
             "SELECT h.level, u.code FROM subject_hierarchy h "
-            "JOIN hierarchy_units u ON u.id = h.unit_id WHERE h.subject_id = %s", [subject_id]):
+            "JOIN hierarchy_units u ON u.id = h.unit_id WHERE h.subject_id = %s", [subject_id]
+    ).fetchall():
         facts[f"hierarchy.{level}"] = code
     return facts
 
@@ -127,11 +129,11 @@ def load_all_facts_of_subjects(tx: TenantTx, subject_ids: list[int]) -> dict[int
         levels = tx.conn.execute(
             "SELECT h.subject_id, h.level, u.code FROM subject_hierarchy h "
             "JOIN hierarchy_units u ON u.id = h.unit_id WHERE h.subject_id = ANY(%s)", [subject_ids])
-    for subject, name, value in fields:
+    for subject, name, value in fields.fetchall():
         facts[int(str(subject))][f"field.{name}"] = value
-    for subject, form, answer, value in forms:
+    for subject, form, answer, value in forms.fetchall():
         facts[int(str(subject))][f"form.{form}.{answer}"] = value
-    for subject, level, code in levels:
+    for subject, level, code in levels.fetchall():
         facts[int(str(subject))][f"hierarchy.{level}"] = code
     return facts
 

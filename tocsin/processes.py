@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import shlex
@@ -48,8 +47,7 @@ def run_web() -> None:
     # The modules, templates and app built at start-up live as long as the process: kept out
     # of the collector's generations, so a full collection (every few batches of events, whose
     # 500 events are ~50,000 objects) no longer walks them all (a fifth of a batch's CPU).
-    gc.collect()
-    gc.freeze()
+    runtime.tune_collector()
     uvicorn.run(
         app, host=settings.web_host, port=settings.web_port,
         log_level="info", proxy_headers=False, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,

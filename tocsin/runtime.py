@@ -8,6 +8,7 @@ script) gets the environment read once, on first use.
 
 from __future__ import annotations
 
+import gc
 import threading
 
 from tocsin.config import Settings, load_settings
@@ -56,3 +57,23 @@ def start_messaging(settings: Settings) -> None:
     on_commit(announce_committed_notifications)
     on_commit(wake_relay_after_commit)
     on_commit(send_committed_claims)
+
+
+# Allocations between young-generation collections, and how many of each generation's
+# collections trigger the next one's. Python's defaults (700, 10, 10) are sized for small
+# scripts: a rule evaluation makes a few hundred short-lived objects per event (traces,
+# outcomes, fact dicts), so with the defaults the collector ran every few events and its
+# older-generation passes walked every long-lived object of the process (parsed rules,
+# pools, modules): a fifth of an evaluation's time (bench/rules_loading.py).
+GC_THRESHOLDS = (10_000, 20, 20)
+
+
+def tune_collector() -> None:
+    """For a long-running process (worker, web, clock), once its modules are imported:
+    what exists now is moved out of the collector's sight (gc.freeze: it lives as long as
+    the process) and young objects are collected in larger steps. Reference counting still
+    frees every object that is not in a cycle the moment it is unused; only the search for
+    cycles runs less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
