@@ -20,7 +20,6 @@ import threading
 from typing import Any
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import (
     AgeLimit,
@@ -34,6 +33,7 @@ from dramatiq.middleware import (
 
 from actors.consumers import ConsumerHeartbeats
 from actors.rabbitmq_broker import OneConnectionRabbitmqBroker
+from actors.redis_broker import WakingRedisBroker
 from domain.preparation_queues import preparation_queues
 from tocsin.config import Settings
 
@@ -85,7 +85,8 @@ def build_broker(settings: Settings) -> dramatiq.Broker:
             confirm_delivery=True,
             middleware=_middleware(),
         )
-    return RedisBroker(  # type: ignore[no-untyped-call]
+    # Idle consumers wait on their queue's list instead of polling it (actors/redis_broker.py).
+    return WakingRedisBroker(  # type: ignore[no-untyped-call]
         url=settings.redis_url,
         namespace=settings.dramatiq_namespace,
         # A worker that dies holds its messages until another one notices it is gone; keep

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import dramatiq
 
+from actors.priority import BACKGROUND
 from db.deliveries import schedule_deliveries
 from db.digests import BuiltDigest, build_due_digests
 from db.runs import fan_out_order, record_completed
@@ -31,14 +32,14 @@ def run_digests(slug: str, as_of: datetime) -> list[BuiltDigest]:
     return built
 
 
-@dramatiq.actor(queue_name="digest", time_limit=10 * 60_000)  # milliseconds
+@dramatiq.actor(queue_name="digest", time_limit=10 * 60_000, priority=BACKGROUND)  # milliseconds
 def build_digests(slug: str, as_of: str) -> None:
     built = run_digests(slug, parse_instant(as_of))
     log.info("digests tenant=%s as_of=%s built=%d items=%d", slug, as_of, len(built),
              sum(d.items for d in built))
 
 
-@dramatiq.actor(queue_name="digest", time_limit=60_000)  # milliseconds
+@dramatiq.actor(queue_name="digest", time_limit=60_000, priority=BACKGROUND)  # milliseconds
 def digest_tick(as_of: str | None = None) -> None:
     """Fan out one digest build per active tenant, all for the same instant, the tenants
     built longest ago first (db/runs.py fan_out_order)."""

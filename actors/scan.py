@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import dramatiq
 
 from actors.metrics import SCAN_SECONDS, count_scan, count_time_scan
+from actors.priority import BACKGROUND
 from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
@@ -53,7 +54,7 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
     return ScanReport(slug, counts, time_counts, prepared, len(to_send))
 
 
-@dramatiq.actor(queue_name="scan", time_limit=10 * 60_000)  # milliseconds
+@dramatiq.actor(queue_name="scan", time_limit=10 * 60_000, priority=BACKGROUND)  # milliseconds
 def scan_tenant(slug: str, as_of: str) -> None:
     with SCAN_SECONDS.time():
         report = run_scan(slug, parse_instant(as_of))
@@ -65,7 +66,7 @@ def scan_tenant(slug: str, as_of: str) -> None:
              c.expired, c.closed, report.enqueued, t.claimed, t.skipped, t.cancelled)
 
 
-@dramatiq.actor(queue_name="scan", time_limit=60_000)  # milliseconds
+@dramatiq.actor(queue_name="scan", time_limit=60_000, priority=BACKGROUND)  # milliseconds
 def tick(as_of: str | None = None) -> None:
     """Fan out one scan per active tenant, all for the same instant, the tenants scanned
     longest ago first (db/runs.py fan_out_order: no tenant waits behind the same others)."""

@@ -21,6 +21,7 @@ import dramatiq
 from actors.broker import current_broker
 from actors.metrics import SWEEP_SECONDS
 from actors.ops import publish_alerts
+from actors.priority import BACKGROUND
 from actors.sweeper_marker import sweeper_marker
 from db.alerts import has_unpublished, raise_alerts
 from db.deliveries import schedule_due_deliveries
@@ -75,7 +76,8 @@ def run_sweep(slug: str, *, messages_lost: bool = False) -> SweepReport:
     return SweepReport(slug, leases, reconciled, repaired, len(to_send), raised, published)
 
 
-@dramatiq.actor(queue_name="sweep", time_limit=5 * 60_000, max_age=10 * 60_000)  # milliseconds
+@dramatiq.actor(queue_name="sweep", time_limit=5 * 60_000, max_age=10 * 60_000,  # milliseconds
+                 priority=BACKGROUND)
 def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
     with SWEEP_SECONDS.time():
         r = run_sweep(slug, messages_lost=messages_lost)
@@ -87,7 +89,8 @@ def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
                  r.reconciled.held, r.repaired, r.enqueued, r.alerts_raised, r.alerts_published)
 
 
-@dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=10 * 60_000)  # milliseconds
+@dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=10 * 60_000,  # milliseconds
+                 priority=BACKGROUND)
 def sweep() -> None:
     """Fan out one sweep per active tenant, the tenants swept longest ago first
     (db/runs.py fan_out_order)."""
