@@ -153,7 +153,9 @@ class Stack:
         web_log = LOGS / f"{name}-web.log"
         self.processes = [
             start(["web"], _named(env, "web"), web_log),
-            start(["worker", "--processes", "2", "--threads", "4"], _named(env, "worker"),
+            # The Procfile's defaults, or what WORKER_PROCESSES / WORKER_THREADS say there.
+            start(["worker", "--processes", env.get("WORKER_PROCESSES", "2"),
+                   "--threads", env.get("WORKER_THREADS", "4")], _named(env, "worker"),
                   LOGS / f"{name}-worker.log"),
             start(["clock"], _named(env, "clock"), LOGS / f"{name}-clock.log"),
         ]
