@@ -130,18 +130,17 @@ class RuleDefinition:
 
     def compiled_conditions(self) -> CompiledTree:
         """Phase 3's tree compiled once per parsed definition (made on first use)."""
-        tree: CompiledTree | None = self.__dict__.get("_compiled_conditions")
-        if tree is None:
-            tree = CompiledTree(self.conditions, "conditions")
-            object.__setattr__(self, "_compiled_conditions", tree)
-        return tree
+        return self._compiled("conditions")
 
     def compiled_filters(self) -> CompiledTree:
         """Phase 4's tree compiled once per parsed definition (made on first use)."""
-        tree: CompiledTree | None = self.__dict__.get("_compiled_filters")
+        return self._compiled("filters")
+
+    def _compiled(self, part: str) -> CompiledTree:
+        tree: CompiledTree | None = self.__dict__.get(f"_compiled_{part}")
         if tree is None:
-            tree = CompiledTree(self.filters, "filters")
-            object.__setattr__(self, "_compiled_filters", tree)
+            tree = CompiledTree(getattr(self, part), part)
+            object.__setattr__(self, f"_compiled_{part}", tree)
         return tree
 
     def trigger_filter(self) -> str:

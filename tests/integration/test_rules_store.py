@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from db.rules import (
+    candidate_indexes_of,
     candidate_rules,
     candidate_rules_of,
     create_rule,
@@ -183,3 +184,22 @@ def test_phase_one_for_a_batchs_keys_in_one_statement_matches_one_key_at_a_time(
         k: [(c.id, c.version) for c in v] for k, v in apart.items()}
     assert len(together[("fraud", "updated", "assigned")]) == 2
     assert together[("fraud", "updated", "form_submitted")] == []
+
+
+def test_phase_one_reuses_the_index_of_an_unchanged_rule_list_and_rebuilds_a_changed_one(
+        tenant: Tenant) -> None:
+    add_product(tenant)
+    assigned = create(tenant, update_rule_json("assigned", ["assigned"]))
+    both = create(tenant, update_rule_json("both", ["assigned", "status_changed"]))
+    key = ("fraud", "updated", "assigned")
+    with tenant_tx(tenant.slug) as tx:
+        first = candidate_indexes_of(tx, [key])[key]
+        again = candidate_indexes_of(tx, [key])[key]
+        assert again is first  # the same (rule, version) list: the index built once
+        changed = update_rule_json("assigned", ["assigned"],
+                                   trigger={"types": ["assigned"], "metadata": {"role": "reviewer"}})
+        update_rule(tx, assigned, changed, "ana", CHECK)
+        after = candidate_indexes_of(tx, [key])[key]
+    assert after is not first
+    assert [(c.id, c.version) for c in after.candidates] == [(assigned, 2), (both, 1)]
+    assert after.candidates[0].definition.trigger.metadata == {"role": "reviewer"}
