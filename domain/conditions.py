@@ -381,7 +381,7 @@ def prejudge(tree: Mapping[str, Any], facts: Facts) -> bool | None:
     """The tree's result from the facts at hand alone (the event's changes, the subject
     row, the event metadata), or None when it depends on stored facts not loaded yet
     (three-valued: an "all" with a false leaf is false whatever the others hold)."""
-    return compile_tree(tree).prejudge(facts)
+    return CompiledTree(tree).prejudge(facts)
 
 
 NOT_LOADED = "not loaded: the facts at hand already decide the result"
@@ -393,7 +393,7 @@ def evaluate(tree: Mapping[str, Any], facts: Facts, path: str = "conditions",
     are evaluated, so the trace shows everything an admin may ask about). With
     ``not_loaded``, stored facts were deliberately not loaded (prejudge decided): their
     leaves are traced as not loaded instead of missing."""
-    return compile_tree(tree, path).evaluate(facts, not_loaded)
+    return CompiledTree(tree, path).evaluate(facts, not_loaded)
 
 
 class _Leaf(NamedTuple):
@@ -429,11 +429,10 @@ class CompiledTree:
     once (RuleDefinition) and evaluated for every event, with the same results and trace
     as walking the JSON each time."""
 
-    __slots__ = ("root", "wants_stored")
+    __slots__ = ("root",)
 
     def __init__(self, tree: Mapping[str, Any], path: str = "conditions") -> None:
         self.root = _compile(tree, path)
-        self.wants_stored = any(leaf.stored for leaf in _walk(self.root))
 
     def evaluate(self, facts: Facts, not_loaded: bool = False) -> tuple[bool, list[LeafTrace]]:
         trace: list[LeafTrace] = []
@@ -450,14 +449,11 @@ class CompiledTree:
                                        NOT_LOADED))
                 return False
             seen = (changes if n.change else values).get(n.fact, _MISSING)
-            if seen is _MISSING:
-                result, reason = _apply(n.op, None, True, n.expected)
-                trace.append(LeafTrace(n.path, n.fact, n.op, n.expected, None, True, result,
-                                       reason))
-            else:
-                result, reason = _apply(n.op, seen, False, n.expected)
-                trace.append(LeafTrace(n.path, n.fact, n.op, n.expected, seen, False, result,
-                                       reason))
+            missing = seen is _MISSING
+            if missing:
+                seen = None
+            result, reason = _apply(n.op, seen, missing, n.expected)
+            trace.append(LeafTrace(n.path, n.fact, n.op, n.expected, seen, missing, result, reason))
             return result
 
         return group(self.root), trace
@@ -479,20 +475,6 @@ class CompiledTree:
             return _apply(n.op, None if missing else seen, missing, n.expected)[0]
 
         return node(self.root)
-
-
-def compile_tree(tree: Mapping[str, Any], path: str = "conditions") -> CompiledTree:
-    return CompiledTree(tree, path)
-
-
-def _walk(g: _Group) -> list[_Leaf]:
-    out: list[_Leaf] = []
-    for item in g.items:
-        if isinstance(item, _Leaf):
-            out.append(item)
-        else:
-            out.extend(_walk(item))
-    return out
 
 
 def _same(a: object, b: object) -> bool:
