@@ -1,6 +1,8 @@
 """The clock process: enqueue a scan tick, a sweep, a digest tick and a relay tick once at
 start, then each on its own interval (the scan every SCAN_INTERVAL_SECONDS, the sweep and
-the digests every SWEEP_INTERVAL_SECONDS, the relay's polling every EVENTS_POLL_SECONDS).
+the digests every SWEEP_INTERVAL_SECONDS, the relay's polling every EVENTS_POLL_SECONDS);
+and, unless EVENTS_WAKEUP is off, listen for the events hosts commit through
+tocsin.outbox.record_event and wake the relay for each (actors/relay.py).
 
 It keeps no state and decides nothing; two clocks (or a clock and a manual `tocsin scan`)
 only make the scans run more often, which changes nothing by construction.
@@ -25,7 +27,7 @@ log = logging.getLogger("tocsin.clock")
 def run_clock(stop: threading.Event | None = None) -> None:
     settings = runtime.start(load_settings())  # once for the process
     from actors.digest import digest_tick
-    from actors.relay import relay_tick
+    from actors.relay import relay_tick, wake_for_host_commits
     from actors.scan import tick
     from actors.sweep import sweep
 
@@ -44,6 +46,11 @@ def run_clock(stop: threading.Event | None = None) -> None:
     log.info("scan every %ss, sweep every %ss, events polled every %ss",
              settings.scan_interval_seconds, settings.sweep_interval_seconds,
              settings.events_poll_seconds)
+    listener = None
+    if settings.events_wakeup:  # hosts' commits wake the relay through PostgreSQL
+        listener = threading.Thread(target=wake_for_host_commits, args=(stop,),
+                                    name="ready-events", daemon=True)
+        listener.start()
     schedule: list[tuple[dramatiq.Actor[[], None], str, int]] = [
         (tick, "tick", settings.scan_interval_seconds),
         (sweep, "sweep", settings.sweep_interval_seconds),
@@ -70,4 +77,6 @@ def run_clock(stop: threading.Event | None = None) -> None:
             except Exception as error:  # Redis down: say so, and try again next interval
                 log.error("could not enqueue the %s: %s", name, error)
         stop.wait(max(0.0, min(due.values()) - time.monotonic()))
+    if listener is not None:
+        listener.join(timeout=5)
     log.info("stopped")

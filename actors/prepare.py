@@ -54,7 +54,7 @@ INLINE_PAUSE_SECONDS = 60.0
 def prepare_notices(slug: str, ledger_ids: list[int]) -> None:
     ids = [int(i) for i in ledger_ids]
     try:
-        with tenant_tx(slug) as tx:
+        with tenant_tx(slug, generic_plans=True) as tx:
             report = prepare_rule_claims(tx, ids)
     except PreparationFailed as failure:
         _record(slug, failure.ledger_id, failure.reason)
@@ -106,7 +106,7 @@ def prepare_or_send(slug: str, claims: list[tuple[str, int]]) -> None:
             send_preparation(slug, product, ledger_ids)
             continue
         try:
-            with tenant_tx(slug) as tx:
+            with tenant_tx(slug, generic_plans=True) as tx:
                 report = prepare_rule_claims(tx, sorted(ledger_ids))
         except Exception as error:
             with _inline_lock:

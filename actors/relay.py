@@ -12,8 +12,10 @@
   finds the tenants with ready events and wakes each once, starting after the tenant the
   previous tick started with (a rotating cursor), so no tenant waits behind the others.
 
-A commit that records events wakes the relay at once (``wake_relay_after_commit``); that
-message is only a wake-up — losing it delays an event by one polling interval, never drops
+A commit that records events wakes the relay at once: the events API's after its commit
+(``wake_relay_after_commit``), a host's through PostgreSQL's notification, which the
+clock's listener turns into the same message (``wake_for_host_commits``); that message is
+only a wake-up — losing it delays an event by one polling interval, never drops
 it. Per tenant, a circuit breaker stops a tenant whose processing keeps failing (a broken
 schema) from being retried on every pass, and probes it again after a pause; the other
 tenants never wait for it. A Redis lock per tenant, held from the claim to the evaluation's
@@ -38,6 +40,7 @@ import redis
 from actors.metrics import RELAY_BREAKERS_OPEN, RELAY_EVENTS, RELAY_LAG
 from actors.prepare import prepare_or_send
 from db.evaluations import evaluate_claimed
+from db.ready_events import ready_tenants
 from db.relay import claim_events, release_batch, tenants_with_ready_events
 from db.tenancy import TenantTx, list_tenants, tenant_tx
 from tocsin import runtime
@@ -174,6 +177,15 @@ def wake(slug: str) -> None:
         relay_tenant.send(slug)
 
 
+def wake_for_host_commits(stop: threading.Event) -> None:
+    """Until ``stop`` is set: wake the relay for every tenant whose host committed events
+    through tocsin.outbox.record_event (its notification arrives only once the host's
+    transaction has committed). Run by the clock, one listener per clock; two clocks only
+    send a wake-up twice, which the wake-up flag folds into one message."""
+    ready_tenants(runtime.settings().database_url, wake, stop,
+                  on_listening=lambda: log.info("listening for events committed by hosts"))
+
+
 def wake_relay_after_commit(tx: TenantTx) -> None:
     """After-commit listener (tocsin.runtime.start_messaging): events just recorded."""
     if tx.events_recorded and runtime.settings().events_wakeup:
@@ -223,7 +235,7 @@ def relay_tenant(slug: str) -> None:
 
 def _claim(slug: str) -> list[int]:
     settings = runtime.settings()
-    with tenant_tx(slug) as tx:
+    with tenant_tx(slug, generic_plans=True) as tx:
         batch = claim_events(tx, limit=settings.relay_batch,
                              lease_seconds=settings.relay_lease_seconds,
                              max_attempts=settings.relay_max_attempts)
@@ -254,7 +266,7 @@ def evaluate_batch(slug: str, event_ids: list[int], claims: list[tuple[str, int]
     poisoned; the attempts bound it)."""
 
     def evaluate() -> int:
-        with tenant_tx(slug) as tx:
+        with tenant_tx(slug, generic_plans=True) as tx:
             report = evaluate_claimed(tx, event_ids)
             if claims is not None:  # the caller's, once committed; not the listener's messages
                 claims.extend(tx.claims_to_prepare)

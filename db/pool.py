@@ -7,12 +7,15 @@ import json
 import select
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import psycopg
+from psycopg._queries import PostgresQuery
+from psycopg.abc import Params, Query
 from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
@@ -41,6 +44,46 @@ def json_loads(data: bytes | str) -> object:
 
 
 set_json_loads(json_loads)  # every connection of the process, pooled or not
+
+
+# Prepared statements, per pooled connection. psycopg keys a prepared statement by its text,
+# and PostgreSQL plans a statement again whenever search_path differs from the one it was
+# planned under, which a tenant transaction changes every time: the same text prepared once
+# and run for fifty tenants was re-planned on every switch. So in a tenant transaction each
+# statement's text carries its schema (a trailing comment, see ScopedCursor): one prepared
+# statement per (statement, schema) and connection, planned once. PREPARED_PER_CONNECTION
+# bounds how many a connection keeps (psycopg deallocates the least recently used).
+PREPARED_PER_CONNECTION = 2000
+PREPARE_AFTER = 1  # executions of a text before it is prepared (psycopg's default is 5)
+_scopes: weakref.WeakKeyDictionary[psycopg.Connection[Any], bytes] = weakref.WeakKeyDictionary()
+
+
+def set_statement_scope(conn: psycopg.Connection[Any], schema: str | None) -> None:
+    """Tag the statements ``conn`` runs from now on with ``schema`` (None: untagged). Set by
+    db/tenancy.py for the length of a tenant transaction; the schema name is a validated
+    identifier (domain/identity.py schema_for), so it cannot end the comment."""
+    if schema is None:
+        _scopes.pop(conn, None)
+    else:
+        _scopes[conn] = f"\n/*{schema}*/".encode()
+
+
+class ScopedCursor(psycopg.Cursor[Any]):
+    """The pool's cursors: a statement run inside a tenant transaction ends with a comment
+    naming the tenant's schema, so its prepared statement is that schema's alone."""
+
+    def _convert_query(self, query: Query, params: Params | None = None) -> PostgresQuery:
+        pgq = super()._convert_query(query, params)
+        scope = _scopes.get(self._conn)
+        if scope is not None:
+            pgq.query += scope
+        return pgq
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.cursor_factory = ScopedCursor
+    conn.prepare_threshold = PREPARE_AFTER
+    conn.prepared_max = PREPARED_PER_CONNECTION
 
 
 def check_connection(conn: psycopg.Connection[tuple[object, ...]]) -> None:
@@ -89,6 +132,7 @@ def _open_locked(database_url: str, *, max_size: int, min_size: int = 1) -> Conn
         min_size=min(min_size, max_size),
         max_size=max_size,
         kwargs={"autocommit": True},
+        configure=_configure,
         # A connection whose backend was terminated is replaced, not handed out.
         check=check_connection,
         open=False,

@@ -12,7 +12,7 @@ from psycopg import sql
 
 from db.errors import NotMigrated
 from db.migrations import apply_tenant_migrations, ensure_control_schema
-from db.pool import connection
+from db.pool import connection, set_statement_scope
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.identity import schema_for, valid_name, valid_slug, valid_zone
 
@@ -160,21 +160,28 @@ def get_tenant(slug: str) -> Tenant:
 
 
 @contextmanager
-def tenant_tx(slug: str) -> Iterator[TenantTx]:
+def tenant_tx(slug: str, *, generic_plans: bool = False) -> Iterator[TenantTx]:
     """A transaction scoped to one tenant.
 
     The schema comes from control.tenants, never from the caller, and search_path is set
     with set_config(..., true) — the SET LOCAL form — so it ends with the transaction and a
     pooled connection never carries one tenant's schema into the next request. The work
     the transaction collected for after its commit runs once it has committed (on_commit).
+
+    Its statements are prepared per schema (db/pool.py ScopedCursor). ``generic_plans``
+    makes PostgreSQL keep one plan per prepared statement from its first execution
+    (plan_cache_mode, transaction-local) instead of planning each of its first five runs
+    anew: for the event path's small, indexed statements, run a few times per tenant and
+    connection, planning was most of their cost.
     """
     valid_slug(slug)
+    plans = ", set_config('plan_cache_mode', 'force_generic_plan', true)" if generic_plans else ""
     with connection() as conn:
         # One round trip: BEGIN, find the tenant and scope the transaction to its schema
         # (two statements in one simple query, hence the slug as a quoted literal).
-        begin = sql.SQL("BEGIN; SELECT {} , set_config('search_path', schema_name || ', public', true) "
-                        "FROM control.tenants WHERE slug = {}").format(
-            sql.SQL(_TENANT_COLUMNS), sql.Literal(slug))
+        begin = sql.SQL("BEGIN; SELECT {} , set_config('search_path', schema_name || ', public', true)"
+                        "{} FROM control.tenants WHERE slug = {}").format(
+            sql.SQL(_TENANT_COLUMNS), sql.SQL(plans), sql.Literal(slug))
         try:
             with not_migrated_is_an_error():
                 found = conn.execute(begin)
@@ -183,13 +190,16 @@ def tenant_tx(slug: str) -> Iterator[TenantTx]:
             if row is None:
                 raise NotFound(f"unknown tenant {slug!r}")
             tx = TenantTx(conn, _tenant(row))
+            set_statement_scope(conn, tx.tenant.schema)
             yield tx
         except BaseException:
             # The block failed (or the lookup did): nothing it wrote stays. A broken
             # connection cannot be rolled back, and the pool discards it anyway.
+            set_statement_scope(conn, None)
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
                 conn.execute("ROLLBACK")
             raise
+        set_statement_scope(conn, None)
         conn.execute("COMMIT")
     # Reached only when the block and the commit succeeded.
     if tx.has_after_commit_work:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
+from functools import lru_cache
 from typing import ClassVar
 
 from liquid import BoundTemplate, Environment
@@ -72,7 +73,10 @@ def _reason(error: LiquidError) -> str:
     return f"{message} at line {line}, column {column}"
 
 
+@lru_cache(maxsize=1024)
 def _parse(text: str) -> BoundTemplate:
+    """The parsed template, kept for the next notice of the same rule version (a parsed
+    template holds no state between renders; parsing was most of a notice's rendering)."""
     if len(text) > MAX_TEMPLATE_CHARS:
         raise TemplateRefused(f"the template is {len(text)} characters long; "
                               f"keep it under {MAX_TEMPLATE_CHARS}")

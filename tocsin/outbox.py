@@ -12,15 +12,20 @@ transaction: the event exists if and only if the host's write commits.
         })
     # leaving the block commits both, or neither
 
-The event is the same JSON the events API takes (see README, "Sending events"). Tocsin's
-relay finds the committed row by polling (no wake-up is sent from a host's process).
+The event is the same JSON the events API takes (see README, "Sending events"). It also
+sends a PostgreSQL notification in the same transaction (db/ready_events.py), which the
+clock's listener turns into a relay wake-up the moment the host commits; a host that
+rolls back sends none, and a wake-up lost on the way leaves the event to the relay's
+polling fallback, which finds every pending row.
 
 The table contract, for a host that cannot call Python: within its transaction, a host may
 instead insert into ``"t_<slug>".events`` (the slug's hyphens as underscores; product,
 subject_id, event_type, trigger_type, changes, metadata, occurred_at, source='host') for a
 subject it has placed in ``subjects`` itself; rows start ``pending`` and the relay claims
-them by status and lease. Calling record_event is preferred: it also keeps the subject
-register and the changes of an update (the register's diff) right.
+them by status and lease (found by the polling fallback, or at once when the transaction
+also runs ``SELECT pg_notify('tocsin_events_ready', '<slug>')``). Calling record_event is
+preferred: it also keeps the subject register and the changes of an update (the
+register's diff) right.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from db.events import record_events_in
+from db.ready_events import announce_ready
 from domain.errors import InvalidInput, NotFound
 from domain.events import InvalidEvents, parse_event
 from domain.identity import valid_slug
@@ -60,4 +66,5 @@ def record_event(conn: psycopg.Connection[Any], tenant_slug: str, event: dict[st
         if row is None:
             raise NotFound(f"no active tenant {tenant_slug!r}")
         recorded = record_events_in(cur, str(row[0]), [parsed], "host")
+        announce_ready(cur, valid_slug(tenant_slug))
     return recorded[0].event_id

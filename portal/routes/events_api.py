@@ -119,7 +119,7 @@ def _answer(request: Request[Any, Any, Any], data: object, events: list[EventIn]
     # Only a request that may be repeated needs its fingerprint.
     request_hash = "" if idempotency_key is None else _request_hash(request.url.path, data)
     # One transaction: the idempotency record, the subject register and the event rows.
-    with tenant_tx(caller.tenant_slug) as tx:
+    with tenant_tx(caller.tenant_slug, generic_plans=True) as tx:
         answer = answer_once(tx, caller.id, idempotency_key, request_hash,
                              lambda: Answer(201, shape(record_events(tx, events, "api", prefixes))))
     headers = {"Idempotent-Replayed": "true"} if answer.replayed else {}

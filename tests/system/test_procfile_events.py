@@ -114,7 +114,8 @@ with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
 def test_a_host_rollback_records_nothing_and_a_commit_whose_process_dies_is_still_evaluated(
         tenant: Tenant, procfile: Callable[..., ProcfileStack]) -> None:
     _desk(tenant)
-    stack = procfile(**EVENT_SETTINGS).start_all()
+    # No wake-up at all (the clock does not listen): only the polling fallback finds it.
+    stack = procfile(**EVENT_SETTINGS, EVENTS_WAKEUP="0").start_all()
     with psycopg.connect(load_settings().database_url) as conn:
         record_event(conn, tenant.slug, _case(1))
         conn.rollback()  # the host's own write failed: its event goes with it
@@ -127,6 +128,29 @@ def test_a_host_rollback_records_nothing_and_a_commit_whose_process_dies_is_stil
     assert _scalar(tenant, "SELECT count(*) FROM events") == 1
     assert _scalar(tenant, "SELECT count(*) FROM subjects WHERE external_id = 'C-1'") == 0
     assert "relay tick: 1 of" in stack.output("worker")
+
+
+def test_a_hosts_commit_wakes_the_relay_through_the_database_without_waiting_for_a_poll(
+        tenant: Tenant, procfile: Callable[..., ProcfileStack]) -> None:
+    _desk(tenant)
+    # The polling fallback comes round once at start and then not for an hour: only the
+    # clock's listener, woken by the host's commit, can bring the event to the inbox.
+    stack = procfile(**{**EVENT_SETTINGS, "EVENTS_POLL_SECONDS": "3600"}).start_all()
+    wait_until(lambda: "listening for events committed by hosts" in stack.output("clock"),
+               "the clock to listen for hosts' commits", RECOVERY_LIMIT)
+    with psycopg.connect(load_settings().database_url) as conn:
+        record_event(conn, tenant.slug, _case(7))
+        conn.rollback()  # rolled back: no event, and no wake-up names it
+        # The start's tick may still find this first one; once its notice exists, that
+        # tick's look at the outbox is over, and the next is an hour away.
+        record_event(conn, tenant.slug, _case(8))
+        conn.commit()
+        wait_until(lambda: _alerts(tenant) == 1, "the first event's notice", RECOVERY_LIMIT)
+        record_event(conn, tenant.slug, _case(9))
+        conn.commit()
+    wait_until(lambda: _alerts(tenant) == 2, "the host's commit to wake the relay", RECOVERY_LIMIT)
+    assert _scalar(tenant, "SELECT count(*) FROM events") == 2
+    assert _scalar(tenant, "SELECT count(*) FROM subjects WHERE external_id = 'C-7'") == 0
 
 
 def test_kill_9_of_the_workers_in_the_middle_of_evaluating_then_a_restart_claims_each_once(

@@ -1,0 +1,52 @@
+"""Prepared statements per tenant schema (db/pool.py ScopedCursor): the same statement run
+for two tenants is two prepared statements, each planned under its own schema, and never
+answers with another tenant's rows; generic plans are asked for only where requested."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from db.tenancy import Tenant, tenant_tx
+from db.users import create_user
+from domain.identity import Role
+
+COUNT = "SELECT count(*) FROM users WHERE email LIKE %s"
+
+
+def _count(slug: str) -> tuple[int, list[str]]:
+    with tenant_tx(slug) as tx:
+        row = tx.conn.execute(COUNT, ["%@scope.example"]).fetchone()
+        statements = [str(r[0]) for r in tx.conn.execute(
+            "SELECT statement FROM pg_prepared_statements "
+            "WHERE statement LIKE 'SELECT count(*) FROM users%'")]
+    assert row is not None
+    return int(str(row[0])), statements
+
+
+def test_the_same_statement_is_prepared_per_schema_and_answers_each_tenant_with_its_own_rows(
+        make_tenant: Callable[..., Tenant]) -> None:
+    a, b = make_tenant(), make_tenant()
+    with tenant_tx(a.slug) as tx:
+        create_user(tx, "one@scope.example", Role.MEMBER, "correct-horse-battery")
+    with tenant_tx(b.slug) as tx:
+        for name in ("two", "three"):
+            create_user(tx, f"{name}@scope.example", Role.MEMBER, "correct-horse-battery")
+    seen: list[str] = []
+    for _ in range(4):  # prepared from the second run on, alternating tenants
+        count_a, statements = _count(a.slug)
+        seen += statements
+        count_b, statements = _count(b.slug)
+        seen += statements
+        assert (count_a, count_b) == (1, 2)
+    assert any(s.endswith(f"/*{a.schema}*/") for s in seen)
+    assert any(s.endswith(f"/*{b.schema}*/") for s in seen)
+    assert not any(s.rstrip().endswith("LIKE $1") for s in seen)  # none prepared unscoped
+
+
+def test_generic_plans_are_transaction_local_and_only_where_asked(tenant: Tenant) -> None:
+    with tenant_tx(tenant.slug, generic_plans=True) as tx:
+        row = tx.conn.execute("SHOW plan_cache_mode").fetchone()
+        assert row is not None and row[0] == "force_generic_plan"
+    with tenant_tx(tenant.slug) as tx:
+        row = tx.conn.execute("SHOW plan_cache_mode").fetchone()
+        assert row is not None and row[0] == "auto"
