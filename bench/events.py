@@ -2,20 +2,28 @@
 whether one tenant's backlog makes the others wait.
 
 Sections (all by default; pick with --only):
-- latency: a steady 100 events/s spread over 50 tenants, sent through the HTTP events API
-  (one request per event, as an integrating product sends them) to the Procfile's processes
-  (`tocsin web`, `tocsin worker`, `tocsin clock`); each event's clock starts just before its
-  request is sent (so the figure includes the API's own commit: an upper bound) and stops
-  when an observer polling the tenants' inbox tables every 25 ms first sees its inbox row.
-  Run twice: with the after-commit wake-up (goal p99 < 500 ms) and without it, where only
-  the polling fallback finds the events (goal p99 <= EVENTS_POLL_SECONDS + 500 ms).
+- latency: a steady 100 events/s spread over 50 tenants, to the Procfile's processes
+  (`tocsin web`, `tocsin worker`, `tocsin clock`), each tenant first given a history of
+  past cases (a tenant's tables are not empty in production, and a fresh table's first
+  rows set off autovacuum's analyses, which a real deployment has long behind it). Runs
+  (--runs): `host`, events recorded by host applications in their own transactions
+  (tocsin.outbox.record_event, one transaction per event), each event's clock starting
+  when its host's commit returns (the goal's "from the host's commit"; goal p99 < 500 ms);
+  `host-polling`, the same with the wake-up off, where only the polling fallback finds the
+  events (goal p99 <= EVENTS_POLL_SECONDS + 500 ms); `api`, one HTTP request per event
+  through the events API, the clock starting just before the request is sent (so the API's
+  own transaction is included: an upper bound; same goal as `host`). Each run sends for
+  --warmup seconds first, not counted (connections, prepared statements and plans of 50
+  tenants being made), then for --seconds. An observer, a process of its own polling the
+  tenants' inbox tables every 25 ms, stops each event's clock when it first sees its row.
 - fairness: 1,000 tenants, one of them with a backlog of 100,000 events, while 20 events/s
   go to the others at random: the others' p99 (goal < 2 s).
 - intake: events/s through the batch API against a raw INSERT of the same rows
   (bench/events_intake.py; goal >= 0.3 of the raw ceiling).
 - rules: targeted loading against loading every fact (bench/rules_loading.py; goal >= 5x).
 
-    python -m bench.events [--only latency,fairness,intake,rules] [--seconds 30] [--wakeup on,off]
+    python -m bench.events [--only latency,fairness,intake,rules] [--seconds 30]
+                           [--runs host,host-polling,api] [--warmup 20] [--history 1000]
 
 Without DATABASE_URL / REDIS_URL it starts embedded services under .tocsin/bench.
 """
@@ -26,6 +34,7 @@ import argparse
 import multiprocessing
 import os
 import random
+import resource
 import secrets
 import signal
 import subprocess
@@ -251,21 +260,25 @@ class Observer:
 
 def _observe(database_url: str, schemas: list[str], stop: Any, out: Any) -> None:
     seen: dict[str, float] = {}
-    top = dict.fromkeys(schemas, 0)
     polls = 0
     with psycopg.connect(database_url, autocommit=True, application_name=OBSERVER) as conn:
+        # One prepared statement per schema, planned once (a fresh plan for each of 50
+        # schemas 40 times a second was a fifth of a CPU), all of a poll in one round trip.
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        reads = {s: sql.SQL("SELECT id, data->>'subject' FROM {}.notifications WHERE id > %s "
+                            "ORDER BY id LIMIT 5000").format(sql.Identifier(s)).as_string(conn)
+                 for s in schemas}
+        # From the rows there are now on: the tenants' history is not looked at again.
+        top = {s: int(str(conn.execute(sql.SQL("SELECT coalesce(max(id), 0) FROM {}.notifications").format(
+            sql.Identifier(s))).fetchone()[0])) for s in schemas}  # type: ignore[index]
         while not stop.is_set():
             polls += 1
             back = 200 if polls % 20 == 0 else 0
-            for start_at in range(0, len(schemas), 200):
-                query = sql.SQL(" UNION ALL ").join(
-                    sql.SQL("SELECT {s}, id, data->>'subject' FROM {schema}.notifications "
-                            "WHERE id > {low}").format(
-                        s=sql.Literal(s), schema=sql.Identifier(s), low=sql.Literal(top[s] - back))
-                    for s in schemas[start_at:start_at + 200])
-                rows = conn.execute(query).fetchall()
-                now = time.time()
-                for schema, row_id, subject in rows:
+            with conn.pipeline():
+                cursors = [(s, conn.execute(q, [top[s] - back], prepare=True)) for s, q in reads.items()]
+            now = time.time()
+            for schema, cur in cursors:
+                for row_id, subject in cur.fetchall():
                     top[schema] = max(top[schema], int(row_id))
                     if subject is not None and subject not in seen:
                         seen[str(subject)] = now
@@ -282,29 +295,81 @@ class Latencies:
         return sorted(observer.seen[k] - t for k, t in self.sent.items() if k in observer.seen)
 
 
-def steady(rate: float, seconds: float, pick: Callable[[int], tuple[str, str]], latencies: Latencies,
-           base_url: str, senders: int = 8) -> None:
-    """Send ``rate`` events/s for ``seconds``, each at its scheduled instant (one request per
-    event); ``pick(n)`` gives the n-th event's API key and case id."""
+class ApiIntake:
+    """One HTTP request per event, through the events API; timed from just before it is sent."""
+
+    def __init__(self, base_url: str, keys: Sequence[str]) -> None:
+        self._base_url, self._keys = base_url, list(keys)
+
+    def close(self) -> None:
+        pass
+
+    def sender(self) -> Callable[[int, str], float | None]:
+        http = httpx.Client(base_url=self._base_url, timeout=30)
+
+        def send(tenant: int, external_id: str) -> float | None:
+            at = time.time()  # the wall clock: the observer runs in another process
+            response = http.post("/api/v1/events", json=case(external_id),
+                                 headers={"Authorization": f"Bearer {self._keys[tenant]}"})
+            return at if response.status_code == 201 else None
+
+        return send
+
+
+class HostIntake:
+    """A host application on the same PostgreSQL: its own write and record_event in one
+    transaction per event; timed from the moment its commit returns."""
+
+    def __init__(self, database_url: str, slugs: Sequence[str]) -> None:
+        self._database_url, self._slugs = database_url, list(slugs)
+        self._connections: list[psycopg.Connection[Any]] = []  # kept open: their backends' CPU
+
+    def close(self) -> None:
+        for conn in self._connections:
+            conn.close()
+
+    def sender(self) -> Callable[[int, str], float | None]:
+        from tocsin.outbox import record_event
+
+        conn = psycopg.connect(self._database_url, application_name="evbench-host")
+        self._connections.append(conn)
+
+        def send(tenant: int, external_id: str) -> float | None:
+            try:
+                record_event(conn, self._slugs[tenant], case(external_id))
+                conn.commit()
+            except psycopg.Error:
+                conn.rollback()
+                return None
+            return time.time()
+
+        return send
+
+
+Intake = ApiIntake | HostIntake
+
+
+def steady(rate: float, seconds: float, pick: Callable[[int], tuple[int, str]], latencies: Latencies,
+           intake: Intake, senders: int = 8) -> None:
+    """Send ``rate`` events/s for ``seconds``, each at its scheduled instant (one request or
+    one host transaction per event); ``pick(n)`` gives the n-th event's tenant and case id."""
     total = int(rate * seconds)
     begin = time.monotonic() + 0.5
     lock = threading.Lock()
 
     def sender(first: int) -> None:
-        with httpx.Client(base_url=base_url, timeout=30) as http:
-            for n in range(first, total, senders):
-                key, external_id = pick(n)
-                wait = begin + n / rate - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-                at = time.time()  # the wall clock: the observer runs in another process
-                response = http.post("/api/v1/events", json=case(external_id),
-                                     headers={"Authorization": f"Bearer {key}"})
-                with lock:
-                    if response.status_code == 201:
-                        latencies.sent[external_id] = at
-                    else:
-                        latencies.errors += 1
+        send = intake.sender()
+        for n in range(first, total, senders):
+            tenant, external_id = pick(n)
+            wait = begin + n / rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            at = send(tenant, external_id)
+            with lock:
+                if at is not None:
+                    latencies.sent[external_id] = at
+                else:
+                    latencies.errors += 1
 
     threads = [threading.Thread(target=sender, args=(i,)) for i in range(senders)]
     for t in threads:
@@ -339,8 +404,8 @@ def report(label: str, latencies: Latencies, observer: Observer, goal_ms: float)
 # --- sections --------------------------------------------------------------------------------
 
 
-def _round_robin(keys: Sequence[str], run: str, n: int) -> tuple[str, str]:
-    return keys[n % len(keys)], f"{run}-{n}"
+def _round_robin(tenants: int, run: str, n: int) -> tuple[int, str]:
+    return n % tenants, f"{run}-{n}"
 
 
 # Per event of a run, PostgreSQL's timestamps along the pipeline: recorded_at is the API
@@ -353,68 +418,146 @@ JOIN {schema}.notification_ledger l ON l.event_id = e.id
 JOIN {schema}.notifications n ON n.ledger_id = l.id
 WHERE starts_with(s.external_id, {run})"""
 
-STAGE_NAMES = ("request sent -> API transaction begins",
-               "API transaction begins -> evaluating transaction begins",
+API_STAGES = ("request sent -> API transaction begins",
+              "API transaction begins -> evaluating transaction begins",
+              "evaluating transaction: begins -> events marked evaluated",
+              "evaluated -> preparing transaction begins",
+              "preparing transaction begins -> observer sees the row")
+HOST_STAGES = ("host's commit -> evaluating transaction begins",
                "evaluating transaction: begins -> events marked evaluated",
                "evaluated -> preparing transaction begins",
                "preparing transaction begins -> observer sees the row")
 
 
 def stages(conn: psycopg.Connection[Any], schemas: Sequence[str], run: str, latencies: Latencies,
-           observer: Observer) -> None:
+           observer: Observer, from_commit: bool) -> None:
     """Where the time went: p50/p99 of each step between two of an event's timestamps."""
     query = sql.SQL(" UNION ALL ").join(
         sql.SQL(_STAGES).format(schema=sql.Identifier(s), run=sql.Literal(f"{run}-")) for s in schemas)
-    steps: list[list[float]] = [[] for _ in STAGE_NAMES]
+    names = HOST_STAGES if from_commit else API_STAGES
+    steps: list[list[float]] = [[] for _ in names]
     for external_id, recorded, claimed, evaluated, created in conn.execute(query).fetchall():
         sent, seen = latencies.sent.get(external_id), observer.seen.get(external_id)
         if sent is None or seen is None:
             continue
-        marks = [sent, float(recorded), float(claimed), float(evaluated), float(created), seen]
-        for i in range(len(STAGE_NAMES)):
+        marks = [sent, *([] if from_commit else [float(recorded)]), float(claimed), float(evaluated),
+                 float(created), seen]
+        for i in range(len(names)):
             steps[i].append(marks[i + 1] - marks[i])
-    for name, values in zip(STAGE_NAMES, steps, strict=True):
+    for name, values in zip(names, steps, strict=True):
         values.sort()
         say(f"    {name}: p50 {percentile(values, 0.5):.0f} ms, p99 {percentile(values, 0.99):.0f} ms")
 
 
+def give_history(conn: psycopg.Connection[Any], tenants: Tenants, average: int) -> None:
+    """Each tenant gets between half and one and a half times ``average`` past cases, through
+    the product's own path (recorded, claimed, evaluated and prepared in this process:
+    subjects, events, ledger claims, traces and inbox rows), then its tables vacuumed and
+    analysed, as a tenant's are that has been in use for a while."""
+    from db.evaluations import evaluate_claimed
+    from db.events import record_events
+    from db.relay import claim_events
+    from db.rule_notices import prepare_rule_claims
+    from db.tenancy import tenant_tx
+    from domain.events import parse_event
+
+    if average <= 0:
+        return
+    started, total = time.monotonic(), 0
+    rng = random.Random(7)
+    for n, slug in enumerate(tenants.slugs, 1):
+        count = rng.randint(average // 2, average * 3 // 2)
+        for first in range(0, count, 500):
+            events = [parse_event(case(f"past-{slug}-{i}"))[0] for i in range(first, min(count, first + 500))]
+            with tenant_tx(slug) as tx:
+                record_events(tx, [e for e in events if e is not None], "host")
+                tx.events_recorded.clear()  # no wake-up: evaluated right here
+            with tenant_tx(slug) as tx:
+                batch = claim_events(tx, limit=500, lease_seconds=600, max_attempts=5)
+            with tenant_tx(slug) as tx:
+                evaluate_claimed(tx, batch.event_ids)
+                ledger_ids = sorted(i for _, i in tx.claims_to_prepare)
+                tx.claims_to_prepare.clear()
+            with tenant_tx(slug) as tx:
+                prepare_rule_claims(tx, ledger_ids)
+                tx.new_in_inbox.clear()
+            total += len(events)
+        if n % 10 == 0:
+            say(f"    history: {n}/{len(tenants.slugs)} tenants, {total:,} past cases "
+                f"({time.monotonic() - started:.0f} s)")
+    tables = conn.execute("SELECT schemaname, relname FROM pg_stat_user_tables WHERE schemaname = ANY(%s)",
+                          [tenants.schemas]).fetchall()
+    for schema, table in tables:
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {}.{}").format(sql.Identifier(str(schema)),
+                                                              sql.Identifier(str(table))))
+    say(f"  history: {total:,} past cases over {len(tenants.slugs)} tenants, then {len(tables)} tables "
+        f"vacuumed and analysed, in {time.monotonic() - started:.0f} s")
+
+
+RUNS = {  # name: (EVENTS_WAKEUP, how events come in, whose clock)
+    "host": ("1", "host", "from the host's commit, with the wake-up"),
+    "host-polling": ("0", "host", "from the host's commit, polling only"),
+    "api": ("1", "api", "from the HTTP request, with the wake-up"),
+}
+
+
 def latency(conn: psycopg.Connection[Any], database_url: str, seconds: float,
-            runs: Sequence[str] = ("on", "off")) -> bool:
+            runs: Sequence[str] = ("host", "host-polling", "api"), *, warmup: float = 20.0,
+            history: int = 1000) -> bool:
     say("latency: 100 events/s over 50 tenants, commit to inbox row")
     tenants = build_tenants(conn, 50, "l")
+    give_history(conn, tenants, history)
     ok = True
     poll = 5
-    for wakeup, goal in (("1", 500.0), ("0", poll * 1000 + 500.0)):
-        if {"1": "on", "0": "off"}[wakeup] not in runs:
-            continue
-        stack = Stack(f"latency-wakeup{wakeup}", EVENTS_WAKEUP=wakeup, EVENTS_POLL_SECONDS=str(poll))
+    for name in runs:
+        wakeup, source, label = RUNS[name]
+        goal = 500.0 if wakeup == "1" else poll * 1000 + 500.0
+        stack = Stack(f"latency-{name}", EVENTS_WAKEUP=wakeup, EVENTS_POLL_SECONDS=str(poll))
         observer = Observer(database_url, tenants.schemas)
         observer.start()
-        latencies = Latencies()
-        run = f"w{wakeup}-{random.randrange(1 << 30):x}"
+        intake: Intake = (HostIntake(database_url, tenants.slugs) if source == "host"
+                          else ApiIntake(stack.url, tenants.keys))
+        latencies, warm = Latencies(), Latencies()
+        run = f"{name}-{random.randrange(1 << 30):x}"
         try:
+            if warmup > 0:
+                steady(100, warmup, partial(_round_robin, len(tenants.slugs), f"warm{run}"), warm, intake)
             before = stack.cpu_seconds()
             pg_before = backends_cpu(conn, _process_table())
+            own_before = _own_cpu()
             load_before = os.getloadavg()[0]
             started = time.monotonic()
-            steady(100, seconds, partial(_round_robin, tenants.keys, run), latencies, stack.url)
+            steady(100, seconds, partial(_round_robin, len(tenants.slugs), run), latencies, intake)
             load_after = os.getloadavg()[0]
+            own = _own_cpu() - own_before
             wait_for(observer, latencies, 15)
             cpu = {k: v - before[k] for k, v in stack.cpu_seconds().items()}
+            cpu["senders"] = own
             for (pid, line), v in backends_cpu(conn, _process_table()).items():
                 key = f"postgres for {line}"
                 cpu[key] = cpu.get(key, 0.0) + v - pg_before.get((pid, line), 0.0)
             elapsed = time.monotonic() - started
         finally:
+            intake.close()
             stack.close()
-        label = "with the after-commit wake-up" if wakeup == "1" else f"polling only (every {poll} s)"
-        ok = report(label, latencies, observer, goal) and ok
+        if warmup > 0:
+            values = warm.measured(observer)
+            say(f"  {name}: warm-up of {warmup:.0f} s, not counted: {len(values)} events, "
+                f"p50 {percentile(values, 0.5):.0f} ms, p99 {percentile(values, 0.99):.0f} ms")
+        ok = report(f"{name} ({label})", latencies, observer, goal) and ok
         sent = max(1, len(latencies.sent))
         say(f"    load average (1 min) {load_before:.1f} before sending, {load_after:.1f} at its end; "
-            "CPU ms per event: " + ", ".join(f"{k} {v * 1000 / sent:.1f}" for k, v in cpu.items())
+            "CPU ms per event: " + ", ".join(f"{k} {v * 1000 / sent:.1f}" for k, v in cpu.items()
+                                             if v * 1000 / sent >= 0.05)
             + f" (over {elapsed:.0f} s, idle tail included)")
-        stages(conn, tenants.schemas, run, latencies, observer)
+        stages(conn, tenants.schemas, run, latencies, observer, from_commit=source == "host")
     return ok
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process (the senders' threads; the observer is a process apart)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def fairness(conn: psycopg.Connection[Any], database_url: str, seconds: float) -> bool:
@@ -438,8 +581,8 @@ def fairness(conn: psycopg.Connection[Any], database_url: str, seconds: float) -
     latencies = Latencies()
     others = len(tenants.slugs) - 1
     try:
-        steady(20, seconds, lambda n: (tenants.keys[1 + random.randrange(others)], f"f-{n}"),
-               latencies, stack.url, senders=4)
+        steady(20, seconds, lambda n: (1 + random.randrange(others), f"f-{n}"),
+               latencies, ApiIntake(stack.url, tenants.keys), senders=4)
         wait_for(observer, latencies, 15)
         left = conn.execute(sql.SQL("SELECT count(*) FROM {s}.events WHERE status <> 'evaluated'").format(
             s=sql.Identifier(backlog_schema))).fetchone()
@@ -456,8 +599,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="latency,fairness,intake,rules")
     parser.add_argument("--seconds", type=float, default=30.0, help="of steady sending per run")
-    parser.add_argument("--wakeup", default="on,off",
-                        help="latency runs: with the wake-up (on), polling only (off), or both")
+    parser.add_argument("--runs", default="host,host-polling,api",
+                        help="latency runs: " + ", ".join(RUNS))
+    parser.add_argument("--warmup", type=float, default=20.0,
+                        help="seconds of sending before each latency run, not counted")
+    parser.add_argument("--history", type=int, default=1000,
+                        help="past cases per latency tenant on average (0: none)")
     args = parser.parse_args(argv)
     wanted = {s.strip() for s in args.only.split(",") if s.strip()}
     os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
@@ -473,8 +620,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             drop_bench_tenants(conn)
             try:
                 if "latency" in wanted:
-                    ok = latency(conn, settings.database_url, args.seconds,
-                                 [w.strip() for w in args.wakeup.split(",")]) and ok
+                    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+                    unknown = [r for r in runs if r not in RUNS]
+                    if unknown:
+                        parser.error(f"unknown run(s) {', '.join(unknown)}: pick from {', '.join(RUNS)}")
+                    ok = latency(conn, settings.database_url, args.seconds, runs,
+                                 warmup=args.warmup, history=args.history) and ok
                     drop_bench_tenants(conn)
                 if "fairness" in wanted:
                     ok = fairness(conn, settings.database_url, args.seconds) and ok

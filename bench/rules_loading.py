@@ -361,14 +361,14 @@ def _run(slug: str, make: LoaderMaker, batch: int, run: Run) -> None:
 
     while True:
         started = time.perf_counter()
-        with tenant_tx(slug) as tx:
+        with tenant_tx(slug, generic_plans=True) as tx:  # as the relay's own transactions
             claimed = claim_events(tx, limit=batch, lease_seconds=600, max_attempts=5)
         run.claim_seconds += time.perf_counter() - started
         if not claimed.event_ids:
             assert not claimed.in_flight
             return
         started = time.perf_counter()
-        with tenant_tx(slug) as tx:
+        with tenant_tx(slug, generic_plans=True) as tx:
             report = evaluate_claimed(tx, claimed.event_ids, make(run.loads))
         run.evaluate_seconds += time.perf_counter() - started
         run.evaluated += report.evaluated
