@@ -662,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bench.events_intake import measure_intake
 
             say("intake: the batch API against a raw INSERT")
-            figures = measure_intake(say, 10_000)
+            figures = measure_intake(say, 20_000)
             ok = bool(getattr(figures, "ratio", 0) >= 0.3) and ok
         if "rules" in wanted:
             from bench import rules_loading
