@@ -15,6 +15,9 @@ COUNT = "SELECT count(*) FROM users WHERE email LIKE %s"
 
 def _count(slug: str) -> tuple[int, list[str]]:
     with tenant_tx(slug) as tx:
+        # Twice on the same connection: prepared at its second run (db/pool.py PREPARE_AFTER),
+        # whichever of the pool's connections this transaction got.
+        tx.conn.execute(COUNT, ["%@scope.example"])
         row = tx.conn.execute(COUNT, ["%@scope.example"]).fetchone()
         statements = [str(r[0]) for r in tx.conn.execute(
             "SELECT statement FROM pg_prepared_statements "
