@@ -317,12 +317,15 @@ class ApiIntake:
 
     def __init__(self, base_url: str, keys: Sequence[str]) -> None:
         self._base_url, self._keys = base_url, list(keys)
+        self._clients: list[httpx.Client] = []
 
     def close(self) -> None:
-        pass
+        for client in self._clients:
+            client.close()
 
     def sender(self) -> Callable[[int, str], float | None]:
         http = httpx.Client(base_url=self._base_url, timeout=30)
+        self._clients.append(http)
 
         def send(tenant: int, external_id: str) -> float | None:
             at = time.time()  # the wall clock: the observer runs in another process
@@ -606,13 +609,15 @@ def fairness(conn: psycopg.Connection[Any], database_url: str, seconds: float) -
     observer.start()
     latencies = Latencies()
     others = len(tenants.slugs) - 1
+    intake = ApiIntake(stack.url, tenants.keys)
     try:
         steady(20, seconds, lambda n: (1 + random.randrange(others), f"f-{n}"),
-               latencies, ApiIntake(stack.url, tenants.keys), senders=4)
+               latencies, intake, senders=4)
         wait_for(observer, latencies, 15)
         left = conn.execute(sql.SQL("SELECT count(*) FROM {s}.events WHERE status <> 'evaluated'").format(
             s=sql.Identifier(backlog_schema))).fetchone()
     finally:
+        intake.close()
         stack.close()
     ok = report("the other tenants' events", latencies, observer, 2000.0)
     stages(conn, tenants.schemas[1:], "f", latencies, observer, from_commit=False)

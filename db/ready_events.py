@@ -46,7 +46,7 @@ def ready_tenants(database_url: str, on_ready: Callable[[str], None], stop: thre
                             on_ready(note.payload)
                         except Exception:  # Redis down: the polling fallback finds the event
                             log.exception("could not wake the relay for tenant=%s", note.payload)
-        except psycopg.OperationalError as error:
+        except psycopg.Error as error:  # any failure of the connection: the thread stays
             log.warning("listening for committed events failed (%s); again in %ss", error,
                         retry_seconds)
             stop.wait(retry_seconds)

@@ -195,11 +195,11 @@ def tenant_tx(slug: str, *, generic_plans: bool = False) -> Iterator[TenantTx]:
         except BaseException:
             # The block failed (or the lookup did): nothing it wrote stays. A broken
             # connection cannot be rolled back, and the pool discards it anyway.
-            set_statement_scope(conn, None)
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
                 conn.execute("ROLLBACK")
             raise
-        set_statement_scope(conn, None)
+        finally:
+            set_statement_scope(conn, None)  # the pooled connection goes back untagged
         conn.execute("COMMIT")
     # Reached only when the block and the commit succeeded.
     if tx.has_after_commit_work:

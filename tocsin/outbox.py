@@ -59,12 +59,13 @@ def record_event(conn: psycopg.Connection[Any], tenant_slug: str, event: dict[st
     parsed, problems = parse_event(event)
     if parsed is None:
         raise InvalidEvents(problems)
+    slug = valid_slug(tenant_slug)
     with conn.cursor(row_factory=tuple_row) as cur:
         cur.execute("SELECT schema_name FROM control.tenants WHERE slug = %s AND status = 'active'",
-                    [valid_slug(tenant_slug)])
+                    [slug])
         row = cur.fetchone()
         if row is None:
             raise NotFound(f"no active tenant {tenant_slug!r}")
         recorded = record_events_in(cur, str(row[0]), [parsed], "host")
-        announce_ready(cur, valid_slug(tenant_slug))
+        announce_ready(cur, slug)
     return recorded[0].event_id
