@@ -24,8 +24,9 @@ An empty ``all`` group holds and an empty ``any`` group does not.
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
@@ -170,8 +171,11 @@ class PathError:
         return f"{self.path}: {self.message}"
 
 
+_NUMBER = (int, float)
+
+
 def _is_number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+    return isinstance(v, _NUMBER) and not isinstance(v, bool)
 
 
 def is_scalar(v: object) -> bool:
@@ -423,58 +427,165 @@ def _compile(node: Mapping[str, Any], at: str) -> _Group:
     return _Group(key == "all", tuple(out))
 
 
-class CompiledTree:
-    """A valid condition tree walked once into groups and leaves whose paths, fact families
-    and operators' sources are worked out in advance: a rule version's tree is compiled
-    once (RuleDefinition) and evaluated for every event, with the same results and trace
-    as walking the JSON each time."""
+# A leaf's test of a value that is present: (result, reason), as _apply answers it.
+Test = Callable[[object], tuple[bool, str]]
+# A compiled node: given the facts, the changes, the trace to append to and whether stored
+# facts were deliberately not loaded, its result (every leaf below it is evaluated).
+_Node = Callable[[Mapping[str, object], Mapping[str, object], list["LeafTrace"], bool], bool]
+# The same for prejudge: True, False or None (depends on stored facts not loaded).
+_Judge = Callable[[Mapping[str, object], Mapping[str, object]], "bool | None"]
 
-    __slots__ = ("root",)
+_TRUE: tuple[bool, str] = (True, "")
+_FALSE: tuple[bool, str] = (False, "")
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "less": operator.lt, "greater": operator.gt, "less_or_equal": operator.le,
+    "greater_or_equal": operator.ge}
+
+
+def _equality_test(expected: object) -> Callable[[object], bool] | None:
+    """``_same(seen, expected)`` for a scalar expected value, without _same's general
+    walk (None for a value it does not specialise)."""
+    if isinstance(expected, bool):
+        return lambda seen: type(seen) is bool and seen == expected
+    if isinstance(expected, str):
+        return lambda seen: type(seen) is str and seen == expected
+    if expected is None:
+        return lambda seen: seen is None
+    if _is_number(expected):
+        return lambda seen: type(seen) is not bool and isinstance(seen, _NUMBER) and seen == expected
+    return None
+
+
+def leaf_test(op: str, expected: object) -> Test:
+    """The test of a present value for one operator and expected value, specialised once
+    per leaf of a rule version; its answers are _apply's (tests/unit/test_conditions.py
+    checks them against it for generated values)."""
+    if op in ("not_equals", "not_in"):
+        positive = leaf_test(op.removeprefix("not_"), expected)
+
+        def negated(seen: object) -> tuple[bool, str]:
+            result, reason = positive(seen)
+            return (not result, reason)
+        return negated
+    if op == "equals":
+        same = _equality_test(expected)
+        if same is not None:
+            return lambda seen: _TRUE if same(seen) else _FALSE
+    if op == "in" and isinstance(expected, list) and expected and all(
+            type(v) is str for v in expected):
+        texts = frozenset(expected)
+        return lambda seen: _TRUE if type(seen) is str and seen in texts else _FALSE
+    if op in _COMPARE and _is_number(expected):
+        compare, bound = _COMPARE[op], float(expected)  # type: ignore[arg-type]
+
+        def ordered(seen: object) -> tuple[bool, str]:
+            if type(seen) is bool or not isinstance(seen, _NUMBER):
+                return _apply(op, seen, False, expected)  # the type mismatch, with its reason
+            return _TRUE if compare(float(seen), bound) else _FALSE
+        return ordered
+    if op in DATE_OPS and _iso_date(expected) is not None:
+        day_bound = _iso_date(expected)
+        before = op == "before"
+
+        def dated(seen: object) -> tuple[bool, str]:
+            day = _iso_date(seen)
+            if day is None or day_bound is None:
+                return _apply(op, seen, False, expected)
+            return _TRUE if (day < day_bound if before else day > day_bound) else _FALSE
+        return dated
+    if op == "contains" and isinstance(expected, str):
+        def contains(seen: object) -> tuple[bool, str]:
+            if type(seen) is str:
+                return _TRUE if expected in seen else _FALSE
+            return _apply(op, seen, False, expected)
+        return contains
+    return lambda seen: _apply(op, seen, False, expected)
+
+
+def _compile_leaf(n: _Leaf) -> tuple[_Node, _Judge]:
+    path, fact, op, expected, is_stored, change = n
+    test = leaf_test(op, expected)
+    when_missing = _apply(op, None, True, expected)
+    missing_trace = LeafTrace(path, fact, op, expected, None, True, *when_missing)
+    not_loaded_trace = LeafTrace(path, fact, op, expected, None, True, False, NOT_LOADED)
+
+    def run(values: Mapping[str, object], changes: Mapping[str, object],
+            trace: list[LeafTrace], not_loaded: bool) -> bool:
+        if not_loaded and is_stored:
+            trace.append(not_loaded_trace)
+            return False
+        seen = (changes if change else values).get(fact, _MISSING)
+        if seen is _MISSING:
+            trace.append(missing_trace)
+            return when_missing[0]
+        result, reason = test(seen)
+        trace.append(LeafTrace(path, fact, op, expected, seen, False, result, reason))
+        return result
+
+    def judge(values: Mapping[str, object], changes: Mapping[str, object]) -> bool | None:
+        if is_stored:
+            return None
+        seen = (changes if change else values).get(fact, _MISSING)
+        return when_missing[0] if seen is _MISSING else test(seen)[0]
+
+    return run, judge
+
+
+def _compile_node(n: _Leaf | _Group) -> tuple[_Node, _Judge]:
+    if type(n) is _Leaf:
+        return _compile_leaf(n)
+    assert isinstance(n, _Group)
+    parts = [_compile_node(item) for item in n.items]
+    runs = tuple(r for r, _ in parts)
+    judges = tuple(j for _, j in parts)
+    every = n.every
+
+    # Every item is evaluated, even once the result is known: the trace shows all of them.
+    def run_all(values: Mapping[str, object], changes: Mapping[str, object],
+                trace: list[LeafTrace], not_loaded: bool) -> bool:
+        held = True  # an empty "all" holds
+        for item in runs:
+            if not item(values, changes, trace, not_loaded):
+                held = False
+        return held
+
+    def run_any(values: Mapping[str, object], changes: Mapping[str, object],
+                trace: list[LeafTrace], not_loaded: bool) -> bool:
+        held = False  # an empty "any" does not
+        for item in runs:
+            if item(values, changes, trace, not_loaded):
+                held = True
+        return held
+
+    def judge(values: Mapping[str, object], changes: Mapping[str, object]) -> bool | None:
+        results = [j(values, changes) for j in judges]
+        if every:
+            return False if False in results else None if None in results else True
+        return True if True in results else None if None in results else False
+
+    return (run_all if every else run_any), judge
+
+
+class CompiledTree:
+    """A valid condition tree compiled once into nested functions: paths, fact families,
+    each leaf's test (specialised for its operator and expected value) and its trace when
+    the fact is missing are worked out in advance, so a rule version's tree is compiled
+    once (RuleDefinition) and evaluated for every event, with the same results and trace
+    as walking the JSON each time. The functions are built from the closed operator set:
+    nothing a tenant writes becomes code."""
+
+    __slots__ = ("_judge", "_run", "root")
 
     def __init__(self, tree: Mapping[str, Any], path: str = "conditions") -> None:
         self.root = _compile(tree, path)
+        self._run, self._judge = _compile_node(self.root)
 
     def evaluate(self, facts: Facts, not_loaded: bool = False) -> tuple[bool, list[LeafTrace]]:
         trace: list[LeafTrace] = []
-        values, changes = facts.values, facts.changes
-
-        def group(g: _Group) -> bool:
-            results = [group(item) if type(item) is _Group else leaf(item)  # type: ignore[arg-type]
-                       for item in g.items]
-            return all(results) if g.every else any(results)
-
-        def leaf(n: _Leaf) -> bool:
-            if not_loaded and n.stored:
-                trace.append(LeafTrace(n.path, n.fact, n.op, n.expected, None, True, False,
-                                       NOT_LOADED))
-                return False
-            seen = (changes if n.change else values).get(n.fact, _MISSING)
-            missing = seen is _MISSING
-            if missing:
-                seen = None
-            result, reason = _apply(n.op, seen, missing, n.expected)
-            trace.append(LeafTrace(n.path, n.fact, n.op, n.expected, seen, missing, result, reason))
-            return result
-
-        return group(self.root), trace
+        return self._run(facts.values, facts.changes, trace, not_loaded), trace
 
     def prejudge(self, facts: Facts) -> bool | None:
-        values, changes = facts.values, facts.changes
-
-        def node(n: _Leaf | _Group) -> bool | None:
-            if type(n) is _Group:
-                results = [node(item) for item in n.items]
-                if n.every:
-                    return False if False in results else None if None in results else True
-                return True if True in results else None if None in results else False
-            assert isinstance(n, _Leaf)
-            if n.stored:
-                return None
-            seen = (changes if n.change else values).get(n.fact, _MISSING)
-            missing = seen is _MISSING
-            return _apply(n.op, None if missing else seen, missing, n.expected)[0]
-
-        return node(self.root)
+        return self._judge(facts.values, facts.changes)
 
 
 def _same(a: object, b: object) -> bool:

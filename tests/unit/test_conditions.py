@@ -6,15 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from domain.conditions import (
     MAX_DEPTH,
     MAX_LEAVES,
+    NOT_LOADED,
     OPERATORS,
+    CompiledTree,
     Facts,
     WantedFacts,
+    _apply,
     evaluate,
     facts_to_load,
+    leaf_test,
     parse_fact,
     referenced_facts,
     validate,
@@ -267,3 +273,35 @@ def test_referenced_facts_and_the_families_to_load() -> None:
                                  frozenset({"region"}))
     assert wanted.families() == ("field", "form", "hierarchy")
     assert not facts_to_load({"all": [{"fact": "subject.status", "op": "empty"}]})
+
+
+# --- the compiled leaves answer as the reference operator does ------------------------
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(-5, 5, allow_nan=False),
+                     st.sampled_from(["a", "b", "ab", "", "2025-03-10", "2025-03-11", "5"]))
+_VALUES = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3),
+                    st.dictionaries(st.sampled_from(["from", "to"]), _SCALARS, max_size=2))
+
+
+@given(op=st.sampled_from(OPERATORS), expected=_VALUES, seen=_VALUES)
+@settings(max_examples=1500, deadline=None)
+def test_each_compiled_leaf_test_answers_what_the_reference_operator_answers(
+        op: str, expected: object, seen: object) -> None:
+    """conditions.leaf_test specialises a leaf once per rule version (strings in a set,
+    the bound of a comparison as a float, the date parsed); for any expected value and any
+    value seen it must give _apply's result and reason, type mismatches included."""
+    assume(not validate({"all": [{"fact": "field.x", "op": op, "value": expected}]}))  # saved rules only
+    assert leaf_test(op, expected)(seen) == _apply(op, seen, False, expected)
+
+
+def test_a_compiled_tree_evaluates_every_leaf_even_once_its_group_is_decided() -> None:
+    tree = {"any": [{"fact": "field.amount", "op": "greater", "value": 1000},
+                    {"all": [{"fact": "field.label", "op": "contains", "value": "x"},
+                             {"fact": "field.absent", "op": "not_equals", "value": 1}]}]}
+    held, trace = CompiledTree(tree).evaluate(Facts(FACTS, CHANGES))
+    assert held is True
+    assert [(t.path, t.result, t.missing) for t in trace] == [
+        ("conditions.any[0]", True, False), ("conditions.any[1].all[0]", False, False),
+        ("conditions.any[1].all[1]", True, True)]
+    held, trace = CompiledTree(tree).evaluate(Facts(FACTS, CHANGES), not_loaded=True)
+    assert held is False and all(t.reason == NOT_LOADED for t in trace)
