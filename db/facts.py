@@ -47,28 +47,42 @@ def load_facts(tx: TenantTx, subject_id: int, wanted: WantedFacts) -> dict[str, 
 
 
 # The same three families for many subjects at once: the wanted (subject, key) pairs as
-# parallel arrays, unnested together, each pair looked up by its primary key (LATERAL with
+# parallel lists, unnested together, each pair looked up by its primary key (LATERAL with
 # OFFSET 0 keeps it a nested loop of index probes: on a small table the planner would
-# otherwise hash the pairs and read every row of the family).
+# otherwise hash the pairs and read every row of the family). Each list is sent as one
+# comma-separated text, split by PostgreSQL: psycopg dumps a Python list element by element
+# in Python, which cost more than the lookups (fact names cannot hold a comma: their
+# grammar is domain/conditions.py NAME and LEVEL, checked again below).
 _FIELDS_OF = (
     "SELECT w.subject_id, w.name, f.value "
-    "FROM unnest(%s::bigint[], %s::text[]) AS w (subject_id, name) "
+    "FROM unnest(string_to_array(%s::text, ',')::bigint[], string_to_array(%s::text, ',')) "
+    "  AS w (subject_id, name) "
     "CROSS JOIN LATERAL (SELECT f.value FROM subject_fields f "
     "  WHERE f.subject_id = w.subject_id AND f.name = w.name OFFSET 0) f"
 )
 _FORMS_OF = (
     "SELECT w.subject_id, w.form, w.field, a.value "
-    "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS w (subject_id, form, field) "
+    "FROM unnest(string_to_array(%s::text, ',')::bigint[], string_to_array(%s::text, ','), "
+    "            string_to_array(%s::text, ',')) AS w (subject_id, form, field) "
     "CROSS JOIN LATERAL (SELECT a.value FROM subject_form_answers a "
     "  WHERE a.subject_id = w.subject_id AND a.form = w.form AND a.field = w.field OFFSET 0) a"
 )
 _LEVELS_OF = (
     "SELECT w.subject_id, w.level, u.code "
-    "FROM unnest(%s::bigint[], %s::text[]) AS w (subject_id, level) "
+    "FROM unnest(string_to_array(%s::text, ',')::bigint[], string_to_array(%s::text, ',')) "
+    "  AS w (subject_id, level) "
     "CROSS JOIN LATERAL (SELECT h.unit_id FROM subject_hierarchy h "
     "  WHERE h.subject_id = w.subject_id AND h.level = w.level OFFSET 0) h "
     "JOIN hierarchy_units u ON u.id = h.unit_id"
 )
+
+
+def _joined(values: list[str]) -> str:
+    """Names as one comma-separated text (see _FIELDS_OF)."""
+    text = ",".join(values)
+    if text.count(",") != len(values) - 1:
+        raise ValueError("a fact name holds a comma")  # never: the grammar has none
+    return text
 
 
 def load_facts_of_subjects(tx: TenantTx,
@@ -77,25 +91,42 @@ def load_facts_of_subjects(tx: TenantTx,
     facts it has. At most one query per family for all of them, sent together in one round
     trip; a family nobody asked for is not queried."""
     facts: dict[int, dict[str, object]] = {s: {} for s in wanted}
-    fields = [(s, n) for s, w in wanted.items() for n in sorted(w.fields)]
-    forms = [(s, f, a) for s, w in wanted.items() for f, a in sorted(w.forms)]
-    levels = [(s, lv) for s, w in wanted.items() for lv in sorted(w.levels)]
+    field_ids: list[str] = []
+    field_names: list[str] = []
+    form_ids: list[str] = []
+    form_forms: list[str] = []
+    form_fields: list[str] = []
+    level_ids: list[str] = []
+    level_names: list[str] = []
+    for s, w in wanted.items():
+        sid = str(int(s))
+        if w.fields:
+            field_ids.extend([sid] * len(w.fields))
+            field_names.extend(w.fields)
+        if w.forms:
+            form_ids.extend([sid] * len(w.forms))
+            for f, a in w.forms:
+                form_forms.append(f)
+                form_fields.append(a)
+        if w.levels:
+            level_ids.extend([sid] * len(w.levels))
+            level_names.extend(w.levels)
     with tx.conn.pipeline():
-        field_rows = tx.conn.execute(_FIELDS_OF, [list(c) for c in zip(*fields, strict=True)]) \
-            if fields else None
-        form_rows = tx.conn.execute(_FORMS_OF, [list(c) for c in zip(*forms, strict=True)]) \
-            if forms else None
-        level_rows = tx.conn.execute(_LEVELS_OF, [list(c) for c in zip(*levels, strict=True)]) \
-            if levels else None
+        field_rows = tx.conn.execute(_FIELDS_OF, [",".join(field_ids), _joined(field_names)]) \
+            if field_ids else None
+        form_rows = tx.conn.execute(_FORMS_OF, [",".join(form_ids), _joined(form_forms),
+                                                _joined(form_fields)]) if form_ids else None
+        level_rows = tx.conn.execute(_LEVELS_OF, [",".join(level_ids), _joined(level_names)]) \
+            if level_ids else None
     if field_rows is not None:
         for subject, name, value in field_rows.fetchall():
-            facts[int(str(subject))][f"field.{name}"] = value
+            facts[subject][f"field.{name}"] = value  # type: ignore[index]
     if form_rows is not None:
         for subject, form, answer, value in form_rows.fetchall():
-            facts[int(str(subject))][f"form.{form}.{answer}"] = value
+            facts[subject][f"form.{form}.{answer}"] = value  # type: ignore[index]
     if level_rows is not None:
         for subject, level, code in level_rows.fetchall():
-            facts[int(str(subject))][f"hierarchy.{level}"] = code
+            facts[subject][f"hierarchy.{level}"] = code  # type: ignore[index]
     return facts
 
 
