@@ -499,7 +499,24 @@ def leaf_test(op: str, expected: object) -> Test:
                 return _TRUE if expected in seen else _FALSE
             return _apply(op, seen, False, expected)
         return contains
+    if op in CHANGE_OPS and (op == "changed" or _equality_test(expected) is not None):
+        side = "to" if op == "changed_to" else "from"
+        is_wanted = None if op == "changed" else _equality_test(expected)
+
+        def changed(seen: object) -> tuple[bool, str]:
+            if type(seen) is not dict:
+                return _apply(op, seen, False, expected)
+            before, after = seen.get("from"), seen.get("to")
+            if _same(before, after):
+                return _UNCHANGED
+            if is_wanted is None:
+                return _TRUE
+            return _TRUE if is_wanted(after if side == "to" else before) else _FALSE
+        return changed
     return lambda seen: _apply(op, seen, False, expected)
+
+
+_UNCHANGED = (False, "the value did not change")
 
 
 def _compile_leaf(n: _Leaf) -> tuple[_Node, _Judge]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from domain.conditions import Facts, LeafTrace, WantedFacts
+from domain.conditions import CompiledTree, Facts, LeafTrace, WantedFacts
 from domain.rules import RuleDefinition
 
 # Given the stored facts wanted (by family), their values by fact name; a fact the subject
@@ -32,11 +32,23 @@ class Phase(IntEnum):
 
 @dataclass(frozen=True)
 class Candidate:
-    """A rule as phase 1 returned it."""
+    """A rule as phase 1 returned it, with what phases 3 and 4 ask of it for every event
+    worked out once (a candidate is kept in process per immutable rule version)."""
 
     id: int
     version: int
     definition: RuleDefinition
+    conditions: CompiledTree = field(init=False, repr=False, compare=False)
+    filters: CompiledTree = field(init=False, repr=False, compare=False)
+    condition_facts: WantedFacts = field(init=False, repr=False, compare=False)
+    filter_facts: WantedFacts = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        d = self.definition
+        object.__setattr__(self, "conditions", d.compiled_conditions())
+        object.__setattr__(self, "filters", d.compiled_filters())
+        object.__setattr__(self, "condition_facts", d.condition_facts())
+        object.__setattr__(self, "filter_facts", d.filter_facts())
 
 
 @dataclass(frozen=True)
@@ -128,10 +140,18 @@ def metadata_mismatch_in_short(rule: RuleDefinition, event: EventFacts,
     return None
 
 
+_SPLITS_KEPT = 512  # phase-2 answers kept per index (cleared when full)
+_ABSENT = object()
+Split = tuple[list["Candidate"], dict[str, list["TriggerGroup"]]]
+
+
 class TriggerIndex:
     """Phase 2 for many events against the same candidates (a batch's (product, type,
     trigger)): the candidates grouped by their trigger filter (subject kind and metadata),
-    so an event is matched once per distinct filter, not once per rule."""
+    so an event is matched once per distinct filter, not once per rule; and the answer for
+    an event depends only on its subject kind and the values of the metadata keys the
+    filters name, so it is kept per such signature (indexes live in process, shared by the
+    worker's threads: the answers are never mutated)."""
 
     def __init__(self, candidates: Sequence[Candidate]) -> None:
         self.candidates = list(candidates)
@@ -139,10 +159,32 @@ class TriggerIndex:
         for c in self.candidates:
             groups.setdefault(c.definition.trigger_filter(), []).append(c)
         self.groups = [TriggerGroup(members[0].definition, members) for members in groups.values()]
+        self._keys = tuple(sorted({k for g in self.groups for k in g.definition.trigger.metadata}))
+        self._splits: dict[tuple[object, ...], Split] = {}
 
-    def split(self, event: EventFacts) -> tuple[list[Candidate], dict[str, list[TriggerGroup]]]:
+    def split(self, event: EventFacts) -> Split:
         """The candidates whose trigger filter matches the event (in order), and the groups
         of the others by why not."""
+        metadata = event.metadata
+        signature: list[object] = [event.subject_kind]
+        for key in self._keys:
+            seen = metadata.get(key, _ABSENT)
+            # Only values whose equality is their identity as traced (a float's repr can
+            # differ between equal values: 0.0 and -0.0) make a signature.
+            if seen is not _ABSENT and seen is not None and type(seen) not in (str, int, bool):
+                return self._split(event)
+            signature.append(type(seen))
+            signature.append(seen)
+        sig = tuple(signature)
+        found = self._splits.get(sig)
+        if found is None:
+            found = self._split(event)
+            if len(self._splits) >= _SPLITS_KEPT:
+                self._splits.clear()
+            self._splits[sig] = found
+        return found
+
+    def _split(self, event: EventFacts) -> Split:
         kept: list[Candidate] = []
         dropped: dict[str, list[TriggerGroup]] = {}
         said: dict[object, str] = {}
@@ -225,7 +267,6 @@ def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
 def evaluation(index: TriggerIndex, event: EventFacts) -> Evaluation:
     """Phases 2-4 as a generator (see Evaluation): yields exactly twice."""
     survivors, unmatched = index.split(event)
-    outcomes: dict[int, RuleOutcome] = {}
 
     facts = event.known()
 
@@ -237,29 +278,37 @@ def evaluation(index: TriggerIndex, event: EventFacts) -> Evaluation:
     decided_false: set[int] = set()
     needed: list[WantedFacts] = []
     for c in survivors:
-        needs = c.definition.condition_facts()
+        needs = c.condition_facts
         if needs:
-            if c.definition.compiled_conditions().prejudge(at_hand) is False:
+            if c.conditions.prejudge(at_hand) is False:
                 decided_false.add(c.id)
             else:
                 needed.append(needs)
     asked = WantedFacts.union_of(needed)
     facts.update((yield asked) or {})
     passed: list[tuple[Candidate, tuple[LeafTrace, ...]]] = []
+    outcomes: list[RuleOutcome] = []
     for c in survivors:
-        held, trace = c.definition.compiled_conditions().evaluate(
-            at_hand, not_loaded=c.id in decided_false)
+        held, trace = c.conditions.evaluate(at_hand, not_loaded=c.id in decided_false)
         if held:
             passed.append((c, tuple(trace)))
         else:
-            outcomes[c.id] = RuleOutcome(c.id, c.version, False, Phase.CONDITIONS,
-                                         "trigger conditions do not hold", tuple(trace))
-
-    wanted = WantedFacts.union_of([c.definition.filter_facts() for c, _ in passed])
+            outcomes.append(RuleOutcome(c.id, c.version, False, Phase.CONDITIONS,
+                                        "trigger conditions do not hold", tuple(trace)))
+    if not passed:
+        yield _NOTHING_WANTED
+        return Evaluated(outcomes, unmatched)
+    wanted = WantedFacts.union_of([c.filter_facts for c, _ in passed])
     facts.update((yield wanted.minus(asked)) or {})
     for c, condition_trace in passed:
-        held, trace = c.definition.compiled_filters().evaluate(at_hand)
-        outcomes[c.id] = RuleOutcome(
+        held, trace = c.filters.evaluate(at_hand)
+        outcomes.append(RuleOutcome(
             c.id, c.version, held, Phase.FILTERS,
-            "fired" if held else "filter criteria do not hold", condition_trace, tuple(trace))
-    return Evaluated([outcomes[c.id] for c in survivors], unmatched)
+            "fired" if held else "filter criteria do not hold", condition_trace, tuple(trace)))
+    if len(passed) < len(survivors):  # back in the survivors' (the candidates') order
+        position = {c.id: i for i, c in enumerate(survivors)}
+        outcomes.sort(key=lambda o: position[o.rule_id])
+    return Evaluated(outcomes, unmatched)
+
+
+_NOTHING_WANTED = WantedFacts()
