@@ -83,6 +83,28 @@ WHERE e.id = t.id
 # JSON without spaces, encoded in C (json.dumps took a tenth of an evaluation).
 _encode = msgspec.json.Encoder().encode
 _NONE: dict[str, object] = {}  # no stored facts (never written to)
+# The encoded phase-2 part of traces, by the phase-2 answer it encodes (events with the same
+# answer share it: domain/evaluation.py TriggerIndex); the answer is held, so its id is not
+# reused while it is here. Shared by the worker's threads (single dict operations).
+_UNMATCHED_KEPT = 4096
+_unmatched_json: dict[int, tuple[object, bytes]] = {}
+
+
+def _trace_json(evaluated: Evaluated) -> str:
+    """``_encode(evaluated.trace())``, with the phase-2 part encoded once per answer."""
+    head = _encode(evaluated.outcome_trace())
+    if not evaluated.unmatched:
+        return head.decode()
+    kept = _unmatched_json.get(id(evaluated.unmatched))
+    if kept is None or kept[0] is not evaluated.unmatched:
+        if len(_unmatched_json) >= _UNMATCHED_KEPT:
+            _unmatched_json.clear()
+        kept = _unmatched_json[id(evaluated.unmatched)] = (
+            evaluated.unmatched, _encode(evaluated.unmatched_trace()))
+    tail = kept[1]
+    if head == b"[]":
+        return tail.decode()
+    return (head[:-1] + b"," + tail[1:]).decode()
 
 
 def evaluate_claimed(tx: TenantTx, event_ids: list[int],
@@ -155,7 +177,7 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
             "rule_ids": ",".join(rule_ids), "versions": ",".join(versions),
             "subject_ids": ",".join(subject_ids), "event_ids": ",".join(claim_events),
             "due": ",".join(dues)}) if rule_ids else None
-        traces = [_encode(evaluated.trace()).decode() for evaluated in outcomes.values()]
+        traces = [_trace_json(evaluated) for evaluated in outcomes.values()]
         tx.conn.execute(_DONE, {"ids": ",".join(map(str, outcomes)), "traces": traces})
     if claimed is not None:
         for ledger_id, event_id in claimed.fetchall():

@@ -350,17 +350,21 @@ class LeafTrace(NamedTuple):
         """The compact form stored on the event: the leaf's path, result and the value seen.
         Its fact, operator and expected value are in the rule version the trace names
         (versions are immutable); a long text value keeps its start and its length."""
-        out: dict[str, Any] = {"path": self.path, "result": self.result}
-        if self.missing:
-            out["missing"] = True
-        elif isinstance(self.seen, str) and len(self.seen) > SEEN_MAX:
-            out["seen"] = self.seen[:SEEN_MAX] + "…"
-            out["seen_length"] = len(self.seen)
-        else:
-            out["seen"] = self.seen
-        if self.reason:
-            out["reason"] = self.reason
-        return out
+        return stored_leaf(self)
+
+
+def stored_leaf(t: LeafTrace) -> dict[str, Any]:
+    """LeafTrace.stored_json (a function: one is made per leaf of every rule evaluated)."""
+    path, _, _, _, seen, missing, result, reason = t
+    if missing:
+        out: dict[str, Any] = {"path": path, "result": result, "missing": True}
+    elif type(seen) is str and len(seen) > SEEN_MAX:
+        out = {"path": path, "result": result, "seen": seen[:SEEN_MAX] + "…", "seen_length": len(seen)}
+    else:
+        out = {"path": path, "result": result, "seen": seen}
+    if reason:
+        out["reason"] = reason
+    return out
 
 
 @dataclass(frozen=True)
@@ -517,6 +521,7 @@ def leaf_test(op: str, expected: object) -> Test:
 
 
 _UNCHANGED = (False, "the value did not change")
+_new_tuple = tuple.__new__
 
 
 def _compile_leaf(n: _Leaf) -> tuple[_Node, _Judge]:
@@ -536,7 +541,8 @@ def _compile_leaf(n: _Leaf) -> tuple[_Node, _Judge]:
             trace.append(missing_trace)
             return when_missing[0]
         result, reason = test(seen)
-        trace.append(LeafTrace(path, fact, op, expected, seen, False, result, reason))
+        # tuple.__new__ directly: the named tuple's own __new__ is one more Python call.
+        trace.append(_new_tuple(LeafTrace, (path, fact, op, expected, seen, False, result, reason)))
         return result
 
     def judge(values: Mapping[str, object], changes: Mapping[str, object]) -> bool | None:

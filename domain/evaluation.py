@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from domain.conditions import CompiledTree, Facts, LeafTrace, WantedFacts
+from domain.conditions import CompiledTree, Facts, LeafTrace, WantedFacts, stored_leaf
 from domain.rules import RuleDefinition
 
 # Given the stored facts wanted (by family), their values by fact name; a fact the subject
@@ -91,13 +91,17 @@ class RuleOutcome(NamedTuple):
         """The compact form stored in the event's trace: the rule and version, where it
         stopped, and each condition's path, result and value seen (LeafTrace.stored_json);
         the reason follows from the phase and no empty list is written."""
-        out: dict[str, Any] = {"rule_id": self.rule_id, "rule_version": self.rule_version,
-                               "fired": self.fired, "phase": int(self.phase)}
-        if self.conditions:
-            out["conditions"] = [t.stored_json() for t in self.conditions]
-        if self.filters:
-            out["filters"] = [t.stored_json() for t in self.filters]
+        rule_id, rule_version, fired, phase, _, conditions, filters = self
+        out: dict[str, Any] = {"rule_id": rule_id, "rule_version": rule_version,
+                               "fired": fired, "phase": _PHASES[phase]}
+        if conditions:
+            out["conditions"] = [stored_leaf(t) for t in conditions]
+        if filters:
+            out["filters"] = [stored_leaf(t) for t in filters]
         return out
+
+
+_PHASES = {p: int(p) for p in Phase}
 
 
 def metadata_mismatch(rule: RuleDefinition, event: EventFacts) -> str | None:
@@ -236,11 +240,24 @@ class Evaluated:
         """The trace stored on the event: each rule that reached phase 3 (RuleOutcome
         .stored_json: every condition with the value seen), and for the rules phase 2
         dropped one compact entry per reason: why, and the [id, version] of each rule."""
-        out = [o.stored_json() for o in self.outcomes]
+        return self.outcome_trace() + self.unmatched_trace()
+
+    def outcome_trace(self) -> list[dict[str, Any]]:
+        """The first part of ``trace``: the rules that reached phase 3."""
+        return [o.stored_json() for o in self.outcomes]
+
+    def unmatched_trace(self) -> list[dict[str, Any]]:
+        """The second part of ``trace``: the rules phase 2 dropped, by reason. It depends
+        only on ``unmatched``, which events with the same phase-2 answer share (TriggerIndex
+        keeps the answers), so its encoding can be kept with it."""
+        out = []
         for why, groups in self.unmatched.items():
             rules = groups[0].traced if len(groups) == 1 else [r for g in groups for r in g.traced]
-            out.append({"phase": int(Phase.METADATA), "fired": False, "reason": why, "rules": rules})
+            out.append({"phase": _METADATA, "fired": False, "reason": why, "rules": rules})
         return out
+
+
+_METADATA = int(Phase.METADATA)
 
 
 # One event's evaluation as a generator: it yields the stored facts it wants (phase 3, then

@@ -203,3 +203,35 @@ def test_a_long_text_value_is_cut_in_the_stored_trace_with_its_length() -> None:
     assert outcome.fired and outcome.to_json()["conditions"][0]["seen"] == long_answer
     stored = outcome.stored_json()["conditions"][0]
     assert stored["seen"] == long_answer[:SEEN_MAX] + "…" and stored["seen_length"] == len(long_answer)
+
+
+def test_phase_two_answers_are_kept_per_signature_and_the_trace_encodes_as_a_whole() -> None:
+    """TriggerIndex keeps its phase-2 answer per (subject kind, metadata values the filters
+    name); an event with another value, or a value of another type (True is not 1), gets
+    its own answer; and db/evaluations.py's encoding with the phase-2 part kept is the
+    encoding of the whole trace."""
+    from db.evaluations import _encode, _trace_json
+
+    index = TriggerIndex([
+        rule(1, trigger={"types": ["form_submitted"], "metadata": {"form": "exit"}}),
+        rule(2, trigger={"types": ["form_submitted"], "metadata": {"form": "intake"}},
+             conditions=[{"fact": "subject.status", "op": "equals", "value": "review"}]),
+        rule(3, trigger={"types": ["form_submitted"], "metadata": {"n": 1}}),
+    ])
+    first = index.split(EVENT)
+    assert index.split(EventFacts(**{**EVENT.__dict__, "metadata": dict(EVENT.metadata)})) is first
+    other = index.split(EventFacts(**{**EVENT.__dict__, "metadata": {"form": "exit"}}))
+    assert [c.id for c in other[0]] == [1] and [c.id for c in first[0]] == [2]
+    as_bool = index.split(EventFacts(**{**EVENT.__dict__, "metadata": {"form": "intake", "n": True}}))
+    as_int = index.split(EventFacts(**{**EVENT.__dict__, "metadata": {"form": "intake", "n": 1}}))
+    assert [c.id for c in as_bool[0]] == [2] and [c.id for c in as_int[0]] == [2, 3]
+    for event in (EVENT, EventFacts(**{**EVENT.__dict__, "metadata": {"form": "exit"}})):
+        for _ in range(2):  # the second time from the kept phase-2 part
+            run = evaluation(index, event)
+            assert not next(run)  # nothing stored is wanted
+            try:
+                run.send({})
+                run.send({})
+            except StopIteration as done:
+                evaluated: Evaluated = done.value
+            assert _trace_json(evaluated) == _encode(evaluated.trace()).decode()
