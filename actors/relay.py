@@ -235,7 +235,7 @@ def relay_tenant(slug: str) -> None:
 
 def _claim(slug: str) -> list[int]:
     settings = runtime.settings()
-    with tenant_tx(slug, generic_plans=True) as tx:
+    with tenant_tx(slug, generic_plans=True, redoable=True) as tx:
         batch = claim_events(tx, limit=settings.relay_batch,
                              lease_seconds=settings.relay_lease_seconds,
                              max_attempts=settings.relay_max_attempts)
@@ -266,7 +266,7 @@ def evaluate_batch(slug: str, event_ids: list[int], claims: list[tuple[str, int]
     poisoned; the attempts bound it)."""
 
     def evaluate() -> int:
-        with tenant_tx(slug, generic_plans=True) as tx:
+        with tenant_tx(slug, generic_plans=True, redoable=True) as tx:
             report = evaluate_claimed(tx, event_ids)
             if claims is not None:  # the caller's, once committed; not the listener's messages
                 claims.extend(tx.claims_to_prepare)

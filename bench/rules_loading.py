@@ -361,14 +361,14 @@ def _run(slug: str, make: LoaderMaker, batch: int, run: Run) -> None:
 
     while True:
         started = time.perf_counter()
-        with tenant_tx(slug, generic_plans=True) as tx:  # as the relay's own transactions
+        with tenant_tx(slug, generic_plans=True, redoable=True) as tx:  # as the relay's own transactions
             claimed = claim_events(tx, limit=batch, lease_seconds=600, max_attempts=5)
         run.claim_seconds += time.perf_counter() - started
         if not claimed.event_ids:
             assert not claimed.in_flight
             return
         started = time.perf_counter()
-        with tenant_tx(slug, generic_plans=True) as tx:
+        with tenant_tx(slug, generic_plans=True, redoable=True) as tx:
             report = evaluate_claimed(tx, claimed.event_ids, make(run.loads))
         run.evaluate_seconds += time.perf_counter() - started
         run.evaluated += report.evaluated
@@ -377,14 +377,16 @@ def _run(slug: str, make: LoaderMaker, batch: int, run: Run) -> None:
 
 
 def _outcome(slug: str) -> tuple[list[tuple[int, int]], dict[int, Any]]:
+    from db.evaluations import stored_traces
     from db.tenancy import tenant_tx
 
     with tenant_tx(slug) as tx:
         claims = [(int(str(a)), int(str(b))) for a, b in tx.conn.execute(
             "SELECT event_id, rule_id FROM notification_ledger WHERE event_id IS NOT NULL "
             "ORDER BY 1, 2").fetchall()]
-        traces = {int(str(i)): t for i, t in tx.conn.execute(
-            "SELECT id, trace FROM events WHERE status = 'evaluated'").fetchall()}
+        evaluated = [int(str(i)) for (i,) in tx.conn.execute(
+            "SELECT id FROM events WHERE status = 'evaluated'").fetchall()]
+        traces = stored_traces(tx, evaluated)  # the phase-2 parts spliced back in
     return claims, traces
 
 

@@ -12,13 +12,18 @@ One tenant transaction per batch (actors/relay.py ``evaluate_batch``):
    'rule:<id>', subject, threshold 'event:<id>', the day it occurred), naming the rule's
    version; ON CONFLICT DO NOTHING makes a second evaluation of the same event claim nothing;
 4. the events marked evaluated with the trace an admin reads later (which rule stopped in
-   which phase, each condition with the value seen).
+   which phase, each condition with the value seen); the phase-2 part of a trace, shared by
+   every event with the same phase-2 answer, is stored once in trace_parts and named by its
+   digest (``stored_trace`` splices it back in).
 After commit the new claims go to their product's preparation queue (TenantTx.claims_to_prepare).
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -80,31 +85,133 @@ WHERE e.id = t.id
 """
 
 
+# Each distinct phase-2 part of the batch's traces, stored once (digests in a fixed order,
+# so two transactions storing the same parts wait for each other instead of deadlocking;
+# a part another transaction stored already is left as it is: a digest names one text).
+_PARTS = """
+INSERT INTO trace_parts (digest, part)
+SELECT t.digest, t.part::json
+FROM unnest(%(digests)b::bytea[], %(parts)b::text[]) AS t(digest, part)
+ORDER BY t.digest
+ON CONFLICT (digest) DO NOTHING
+"""
+
+_PARTS_OF = "SELECT digest, part FROM trace_parts WHERE digest = ANY(%s)"
+
+
 # JSON without spaces, encoded in C (json.dumps took a tenth of an evaluation).
 _encode = msgspec.json.Encoder().encode
 _NONE: dict[str, object] = {}  # no stored facts (never written to)
-# The encoded phase-2 part of traces, by the phase-2 answer it encodes (events with the same
-# answer share it: domain/evaluation.py TriggerIndex); the answer is held, so its id is not
-# reused while it is here. Shared by the worker's threads (single dict operations).
-_UNMATCHED_KEPT = 4096
-_unmatched_json: dict[int, tuple[object, bytes]] = {}
 
 
-def _trace_json(evaluated: Evaluated) -> str:
-    """``_encode(evaluated.trace())``, with the phase-2 part encoded once per answer."""
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A phase-2 part as stored: its JSON text, the digest naming it, and the entry that
+    stands for it in an event's trace (already encoded, without its brackets)."""
+
+    answer: object  # the phase-2 answer encoded (held, so its id is not reused while kept)
+    text: bytes
+    digest: bytes
+    entry: bytes
+
+
+def _part_entry(digest: bytes) -> dict[str, object]:
+    return {"phase": 2, "fired": False, "trace_part": digest.hex()}
+
+
+# The parts, by the phase-2 answer they encode (events with the same answer share it:
+# domain/evaluation.py TriggerIndex). Shared by the worker's threads (single dict operations).
+_PARTS_KEPT = 4096
+_parts_kept: dict[int, _Part] = {}
+
+
+def _part_of(evaluated: Evaluated) -> _Part:
+    part = _parts_kept.get(id(evaluated.unmatched))
+    if part is None or part.answer is not evaluated.unmatched:
+        if len(_parts_kept) >= _PARTS_KEPT:
+            _parts_kept.clear()
+        text = _encode(evaluated.unmatched_trace())
+        digest = hashlib.blake2b(text, digest_size=16).digest()
+        part = _parts_kept[id(evaluated.unmatched)] = _Part(
+            evaluated.unmatched, text, digest, _encode(_part_entry(digest)))
+    return part
+
+
+# The digests of the parts this process knows to be stored, by tenant (id and schema: a
+# tenant made again under the same schema name is another tenant), added only once the
+# transaction that stored or saw them has committed; a part not known here is sent again
+# (and left as it is if it is there).
+_KNOWN_KEPT = 8192
+_known_parts: dict[tuple[int, str], set[bytes]] = {}
+
+
+def _store_parts(tx: TenantTx, parts: dict[bytes, bytes]) -> None:
+    """Stores the parts this process does not know to be stored, in the transaction's pipeline;
+    they are known once it commits."""
+    key = (tx.tenant.id, tx.tenant.schema)
+    known = _known_parts.get(key)
+    new = parts if known is None else {d: t for d, t in parts.items() if d not in known}
+    if not new:
+        return
+    tx.conn.execute(_PARTS, {"digests": list(new), "parts": [t.decode() for t in new.values()]})
+
+    def note() -> None:
+        held = _known_parts.setdefault(key, set())
+        if len(held) >= _KNOWN_KEPT:
+            held.clear()
+        held.update(new)
+    tx.committed.append(note)
+
+
+def _trace_json(evaluated: Evaluated, parts: dict[bytes, bytes]) -> str:
+    """The trace stored on the event: ``evaluated.trace()`` with its phase-2 part (if any)
+    replaced by the entry naming it, the part added to ``parts`` (digest -> text)."""
     head = _encode(evaluated.outcome_trace())
     if not evaluated.unmatched:
         return head.decode()
-    kept = _unmatched_json.get(id(evaluated.unmatched))
-    if kept is None or kept[0] is not evaluated.unmatched:
-        if len(_unmatched_json) >= _UNMATCHED_KEPT:
-            _unmatched_json.clear()
-        kept = _unmatched_json[id(evaluated.unmatched)] = (
-            evaluated.unmatched, _encode(evaluated.unmatched_trace()))
-    tail = kept[1]
+    part = _part_of(evaluated)
+    parts[part.digest] = part.text
     if head == b"[]":
-        return tail.decode()
-    return (head[:-1] + b"," + tail[1:]).decode()
+        return "[" + part.entry.decode() + "]"
+    return (head[:-1] + b"," + part.entry + b"]").decode()
+
+
+def expand_trace(trace: list[dict[str, Any]],
+                 parts: dict[bytes, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A stored trace with each part it names spliced in, in place of the naming entry."""
+    out: list[dict[str, Any]] = []
+    for entry in trace:
+        name = entry.get("trace_part")
+        if name is None:
+            out.append(entry)
+        else:
+            part = parts.get(bytes.fromhex(str(name)))
+            if part is None:
+                raise LookupError(f"the trace names part {name}, which trace_parts does not hold")
+            out.extend(part)
+    return out
+
+
+def _part_names(traces: Iterable[list[dict[str, Any]]]) -> list[bytes]:
+    return sorted({bytes.fromhex(str(e["trace_part"])) for t in traces for e in t if "trace_part" in e})
+
+
+def stored_traces(tx: TenantTx, event_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """The traces of these events as evaluated (the events not evaluated yet have none):
+    each rule that reached phase 3 with the values its conditions saw, and the rules phase 2
+    dropped, by reason (the parts read from trace_parts and spliced back in)."""
+    rows = tx.conn.execute("SELECT id, trace FROM events WHERE id = ANY(%s) AND trace IS NOT NULL",
+                           [event_ids]).fetchall()
+    traces: dict[int, list[dict[str, Any]]] = {int(str(i)): t for i, t in rows}  # type: ignore[misc]
+    names = _part_names(traces.values())
+    stored = tx.conn.execute(_PARTS_OF, [names]).fetchall() if names else []
+    parts = {bytes(d): p for d, p in stored}  # type: ignore[call-overload]
+    return {i: expand_trace(t, parts) for i, t in traces.items()}  # type: ignore[arg-type]
+
+
+def stored_trace(tx: TenantTx, event_id: int) -> list[dict[str, Any]] | None:
+    """``stored_traces`` of one event; None when it has not been evaluated."""
+    return stored_traces(tx, [event_id]).get(event_id)
 
 
 def evaluate_claimed(tx: TenantTx, event_ids: list[int],
@@ -177,7 +284,9 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
             "rule_ids": ",".join(rule_ids), "versions": ",".join(versions),
             "subject_ids": ",".join(subject_ids), "event_ids": ",".join(claim_events),
             "due": ",".join(dues)}) if rule_ids else None
-        traces = [_trace_json(evaluated) for evaluated in outcomes.values()]
+        parts: dict[bytes, bytes] = {}
+        traces = [_trace_json(evaluated, parts) for evaluated in outcomes.values()]
+        _store_parts(tx, parts)
         tx.conn.execute(_DONE, {"ids": ",".join(map(str, outcomes)), "traces": traces})
     if claimed is not None:
         for ledger_id, event_id in claimed.fetchall():

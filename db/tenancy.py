@@ -50,6 +50,9 @@ class TenantTx:
     events_recorded: list[int] = field(default_factory=list, compare=False, hash=False)
     # rule claims to prepare: (product, ledger id), for the per-product preparation queues.
     claims_to_prepare: list[tuple[str, int]] = field(default_factory=list, compare=False, hash=False)
+    # this process's own bookkeeping of what is now durable (db/evaluations.py: the trace
+    # parts it need not send again), run first after the commit, never after a rollback.
+    committed: list[Callable[[], None]] = field(default_factory=list, compare=False, hash=False)
 
     @property
     def has_after_commit_work(self) -> bool:
@@ -160,7 +163,7 @@ def get_tenant(slug: str) -> Tenant:
 
 
 @contextmanager
-def tenant_tx(slug: str, *, generic_plans: bool = False) -> Iterator[TenantTx]:
+def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False) -> Iterator[TenantTx]:
     """A transaction scoped to one tenant.
 
     The schema comes from control.tenants, never from the caller, and search_path is set
@@ -173,9 +176,20 @@ def tenant_tx(slug: str, *, generic_plans: bool = False) -> Iterator[TenantTx]:
     (plan_cache_mode, transaction-local) instead of planning each of its first five runs
     anew: for the event path's small, indexed statements, run a few times per tenant and
     connection, planning was most of their cost.
+
+    ``redoable`` is for a transaction whose every write is derived from rows already durable
+    and is redone if it is lost (the relay's claim and evaluation of events): its COMMIT
+    returns without waiting for the WAL flush (synchronous_commit off, transaction-local).
+    A crash of PostgreSQL can then lose it whole, never half: the events go back to their
+    lease, which runs out, and are claimed and evaluated again under the ledger's unique
+    key. Nothing outside PostgreSQL acts on it before it is flushed: whatever a later
+    transaction commits durably (a claim's preparation, its inbox rows and deliveries) flushes
+    the WAL up to its own commit, and so this one's with it.
     """
     valid_slug(slug)
     plans = ", set_config('plan_cache_mode', 'force_generic_plan', true)" if generic_plans else ""
+    if redoable:
+        plans += ", set_config('synchronous_commit', 'off', true)"
     with connection() as conn:
         # One round trip: BEGIN, find the tenant and scope the transaction to its schema
         # (two statements in one simple query, hence the slug as a quoted literal).
@@ -202,6 +216,8 @@ def tenant_tx(slug: str, *, generic_plans: bool = False) -> Iterator[TenantTx]:
             set_statement_scope(conn, None)  # the pooled connection goes back untagged
         conn.execute("COMMIT")
     # Reached only when the block and the commit succeeded.
+    for note in tx.committed:
+        note()
     if tx.has_after_commit_work:
         _run_after_commit(tx)
 

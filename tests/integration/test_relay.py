@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 from actors.relay import breaker, relay_tenant, relay_tick
-from db.evaluations import evaluate_claimed
+from db.evaluations import evaluate_claimed, stored_trace, stored_traces
 from db.relay import claim_events, tenants_with_ready_events
 from db.rules import create_rule
 from db.tenancy import Tenant, tenant_tx
@@ -115,6 +115,34 @@ def test_a_batch_evaluated_again_after_its_lease_ran_out_claims_nothing_more(ten
                             "WHERE id = %s", [event_id])
             evaluate_claimed(tx, [event_id])
     assert _count(tenant, "SELECT count(*) FROM notification_ledger WHERE event_id = %s", [event_id]) == 1
+
+
+def test_a_stored_trace_names_its_shared_phase_two_part_which_is_stored_once(tenant: Tenant) -> None:
+    """The rules phase 2 dropped (here: a rule for cases that came by branch, on events
+    without that metadata) are the same
+    for every event with the same phase-2 answer: that part of the trace is stored once in
+    trace_parts and named by each event's trace; read back, each trace is whole."""
+    rule_id = _desk_with_rule(tenant)
+    with tenant_tx(tenant.slug) as tx:
+        branch = create_rule(tx, {**BIG_CASE_RULE, "name": "Large case by branch",
+                                  "trigger": {"subject_kind": "case", "metadata": {"channel": "branch"}}},
+                             by="test").id
+    events = [_host_event(tenant, f"C-{n}", amount) for n, amount in ((11, 2_000_000), (12, 5))]
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE events SET status = 'processing', lease_until = now() + interval '1 minute'")
+        evaluate_claimed(tx, events)
+    with tenant_tx(tenant.slug) as tx:
+        parts = tx.conn.execute("SELECT count(*) FROM trace_parts").fetchone()
+        named = tx.conn.execute(
+            "SELECT count(*) FROM events WHERE trace::text LIKE '%%trace_part%%'").fetchone()
+        traces = stored_traces(tx, events)
+        assert stored_trace(tx, 10**9) is None
+    assert parts == (1,) and named == (2,)
+    for event_id, fired in zip(events, (True, False), strict=True):
+        phase_three, dropped = traces[event_id]
+        assert phase_three["rule_id"] == rule_id and phase_three["fired"] is fired
+        assert dropped["phase"] == 2 and dropped["fired"] is False and "trace_part" not in dropped
+        assert [r[0] for r in dropped["rules"]] == [branch]
 
 
 def test_the_claim_is_by_status_and_lease_one_batch_in_flight_per_tenant(tenant: Tenant) -> None:

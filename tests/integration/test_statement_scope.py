@@ -53,3 +53,16 @@ def test_generic_plans_are_transaction_local_and_only_where_asked(tenant: Tenant
     with tenant_tx(tenant.slug) as tx:
         row = tx.conn.execute("SHOW plan_cache_mode").fetchone()
         assert row is not None and row[0] == "auto"
+
+
+def test_only_a_redoable_transaction_commits_without_waiting_for_the_flush(tenant: Tenant) -> None:
+    """The relay's claim and evaluation commit without the WAL flush (synchronous_commit off
+    for that transaction only): every other tenant transaction on the same pooled
+    connections still waits for it."""
+    with tenant_tx(tenant.slug, generic_plans=True, redoable=True) as tx:
+        row = tx.conn.execute("SHOW synchronous_commit").fetchone()
+        assert row is not None and row[0] == "off"
+    for _ in range(4):  # whichever pooled connection comes next
+        with tenant_tx(tenant.slug, generic_plans=True) as tx:
+            row = tx.conn.execute("SHOW synchronous_commit").fetchone()
+            assert row is not None and row[0] == "on"

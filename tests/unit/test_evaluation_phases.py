@@ -208,9 +208,11 @@ def test_a_long_text_value_is_cut_in_the_stored_trace_with_its_length() -> None:
 def test_phase_two_answers_are_kept_per_signature_and_the_trace_encodes_as_a_whole() -> None:
     """TriggerIndex keeps its phase-2 answer per (subject kind, metadata values the filters
     name); an event with another value, or a value of another type (True is not 1), gets
-    its own answer; and db/evaluations.py's encoding with the phase-2 part kept is the
-    encoding of the whole trace."""
-    from db.evaluations import _encode, _trace_json
+    its own answer; and db/evaluations.py's stored trace, its phase-2 part named and kept
+    apart, is the whole trace once the part is spliced back in."""
+    import json
+
+    from db.evaluations import _encode, _trace_json, expand_trace
 
     index = TriggerIndex([
         rule(1, trigger={"types": ["form_submitted"], "metadata": {"form": "exit"}}),
@@ -234,4 +236,8 @@ def test_phase_two_answers_are_kept_per_signature_and_the_trace_encodes_as_a_who
                 run.send({})
             except StopIteration as done:
                 evaluated: Evaluated = done.value
-            assert _trace_json(evaluated) == _encode(evaluated.trace()).decode()
+            parts: dict[bytes, bytes] = {}
+            stored = json.loads(_trace_json(evaluated, parts))
+            assert len(parts) == 1 and any("trace_part" in entry for entry in stored)
+            spliced = expand_trace(stored, {d: json.loads(t) for d, t in parts.items()})
+            assert spliced == json.loads(_encode(evaluated.trace()))
