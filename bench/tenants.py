@@ -17,6 +17,13 @@ prints:
       tenant's scan, in milliseconds per tenant;
   (3b) where that replay spends its time, part by part, one tenant after another in this
       process, and the claim statements' planning against execution (EXPLAIN ANALYZE);
+  (3c) the floor under a tenant's first scan, measured before (2): the scan's own
+      statements on one connection, tenants one after another, no message, no pool and
+      no commit (each tenant's transaction rolled back), once with a fresh connection and
+      once more with the same one (its catalog caches warm); and what it bounds the share
+      to, were the rest free and the CPUs perfectly shared;
+  (3d) what keeping the plans instead would cost: backend memory per tenant once the
+      claim statements have run, unprepared and prepared;
   (4) a full tick over the ``--many`` tenants, end to end: the clock's `tick` message to a
       real worker, which fans out one scan per active tenant and runs them all; timed from
       the send until the scan queue is empty; then the same for the sweep.
@@ -39,6 +46,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psycopg
 from psycopg import sql
 
 from bench.scan import (
@@ -197,6 +205,64 @@ def fixed_costs(tenants: Sequence[BenchTenant], as_of: datetime) -> dict[str, fl
     return costs
 
 
+def postgres_floor(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[float, float]:
+    """(3c) ms per tenant of the scan's statements alone (db/licences.py's claims, the
+    notices of what they claimed, the repair pass, the deliveries' scheduling and the
+    completion record, as actors/scan.py runs them), each tenant's transaction rolled back so
+    every pass does the first scan's work: (fresh connection, same connection again)."""
+    from db.deliveries import schedule_due_deliveries
+    from db.ledger import prepare_claims
+    from db.licences import claim_due_milestones
+    from db.runs import record_completed
+    from db.tenancy import TenantTx, get_tenant
+    from domain.liveness import RunKind
+    from tocsin.config import load_settings
+
+    known = [get_tenant(t.slug) for t in tenants]
+    passes: list[float] = []
+    with psycopg.connect(load_settings().database_url) as conn:
+        for _ in range(2):
+            started = time.perf_counter()
+            for tenant in known:
+                conn.execute("SELECT set_config('search_path', %s, true)", [f"{tenant.schema}, public"])
+                tx = TenantTx(conn, tenant)
+                claim_due_milestones(tx, as_of)
+                prepare_claims(tx, as_of)
+                schedule_due_deliveries(tx)
+                record_completed(tx, RunKind.SCAN)
+                conn.rollback()
+            passes.append(1000 * (time.perf_counter() - started) / len(known))
+    return passes[0], passes[1]
+
+
+def plan_memory(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[float, float]:
+    """(3d) kB of backend memory per tenant after db/licences.py's three claim statements
+    ran for it (a replay: nothing to claim), on a connection that does not keep them
+    prepared (the catalog caches alone) and on one that does (plus a plan per schema)."""
+    from db import licences
+    from tocsin.config import load_settings
+
+    def measured(prepared: bool) -> float:
+        with psycopg.connect(load_settings().database_url, autocommit=True) as conn:
+            conn.prepared_max = 100 * len(tenants)
+
+            def used() -> int:
+                row = conn.execute("SELECT sum(total_bytes) FROM pg_backend_memory_contexts").fetchone()
+                return int(str(row[0])) if row else 0
+
+            before = used()
+            for t in tenants:
+                conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(t.schema)))
+                params = licences._parameters(as_of, t.time_zone)
+                for statement in (licences._EXPIRE, licences._CLAIM, licences._CLOSE):
+                    text = f"{statement} -- {t.schema}"  # the schema's own statement, as db/pool.py names it
+                    for _ in range(2):
+                        conn.execute(text, params, prepare=prepared).fetchall()
+            return (used() - before) / 1024 / len(tenants)
+
+    return measured(False), measured(True)
+
+
 def set_status(conn: Connection, prefix: str, status: str) -> None:
     conn.execute("UPDATE control.tenants SET status = %s WHERE starts_with(slug, %s)",
                  [status, prefix])
@@ -305,6 +371,11 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
             say(f"Loading {args.clients:,} clients into {len(tenants):,} tenants ({label}) ...")
             load_clients(conn, tenants, args.clients, today, args.seed)
 
+        say(f"(3c) the floor: the scan's statements alone, {args.many:,} tenants one after another, "
+            "rolled back ...")
+        floor = postgres_floor(many, as_of)
+        say(f"    {floor[0]:.2f} ms per tenant with a fresh connection, {floor[1]:.2f} ms with it warm")
+
         figures: dict[str, tuple[int, float]] = {}
         for label, tenants in (("few", few), ("many", many)):
             say(f"(2) scan of {len(tenants):,} tenants ({label}), {args.workers} worker thread(s) ...")
@@ -324,6 +395,11 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
         for name, ms in costs.items():
             say(f"    {name:<36} {ms:6.2f} ms per tenant")
 
+        say("(3d) keeping the plans instead: backend memory per tenant ...")
+        memory = plan_memory(many[:100], as_of)
+        say(f"    {memory[0]:.0f} kB per tenant with the claim statements unprepared, "
+            f"{memory[1]:.0f} kB kept prepared")
+
         next_day = as_of + timedelta(days=1)
         say(f"(4) full tick over every active tenant ({args.many:,} bench tenants), "
             f"as of {next_day.isoformat()} ...")
@@ -334,7 +410,7 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
         say(f"    full sweep of {active + args.many:,} tenants in {sweep_seconds:.2f}s")
 
         report(facts, args, figures, migrate_seconds, replay_seconds, tick_seconds,
-               sweep_seconds, costs)
+               sweep_seconds, costs, floor, memory)
     finally:
         if not args.keep:
             say()
@@ -346,7 +422,7 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
 def report(facts: list[tuple[str, str]], args: argparse.Namespace,
            figures: dict[str, tuple[int, float]], migrate_seconds: float,
            replay_seconds: float, tick_seconds: float, sweep_seconds: float,
-           costs: dict[str, float]) -> None:
+           costs: dict[str, float], floor: tuple[float, float], memory: tuple[float, float]) -> None:
     few_claims, few_seconds = figures["few"]
     many_claims, many_seconds = figures["many"]
     few_rate, many_rate = few_claims / few_seconds, many_claims / many_seconds
@@ -373,6 +449,15 @@ def report(facts: list[tuple[str, str]], args: argparse.Namespace,
     say(f"| replay scan (nothing to claim) | {1000 * replay_seconds / args.many:.2f} ms per tenant |")
     say(f"| full tick, {args.many:,} tenants, end to end | {tick_seconds:.2f}s |")
     say(f"| full sweep, {args.many:,} tenants, end to end | {sweep_seconds:.2f}s |")
+    cpus = int(machine["cpus"]) if machine["cpus"].isdigit() else 1
+    # Were the many-tenant scan nothing but the warm floor per tenant, spread perfectly over
+    # every CPU, with no message, commit or Python: the best share it could show.
+    best_many = many_claims / (args.many * floor[1] / 1000 / cpus)
+    say(f"| the floor of a first scan: its statements alone, rolled back | "
+        f"{floor[0]:.2f} ms per tenant (fresh connection), {floor[1]:.2f} ms (warm) |")
+    say(f"| share bound by the warm floor on {cpus} CPUs | {best_many / few_rate:.2f} |")
+    say(f"| backend memory per tenant, claim statements unprepared / kept prepared | "
+        f"{memory[0]:.0f} kB / {memory[1]:.0f} kB |")
     say()
     say("| a replay scan, one tenant after another | ms per tenant |")
     say("|---|---:|")
