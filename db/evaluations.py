@@ -137,30 +137,61 @@ def _part_of(evaluated: Evaluated) -> _Part:
     return part
 
 
-# The digests of the parts this process knows to be stored, by tenant (id and schema: a
-# tenant made again under the same schema name is another tenant), added only once the
-# transaction that stored or saw them has committed; a part not known here is sent again
-# (and left as it is if it is there).
+# The digests of the parts this process has seen committed, by tenant (id and schema: a
+# tenant made again under the same schema name is another tenant). Only a hint: a commit
+# that did not wait for the flush (tenant_tx redoable) can be lost with a crash of
+# PostgreSQL while this process lives on, so each batch checks, in the same round trip,
+# that the parts it only names are there, and stores them again when they are not.
 _KNOWN_KEPT = 8192
 _known_parts: dict[tuple[int, str], set[bytes]] = {}
 
+_COUNT_PARTS = "SELECT count(*) FROM trace_parts WHERE digest = ANY(%s)"
 
-def _store_parts(tx: TenantTx, parts: dict[bytes, bytes]) -> None:
-    """Stores the parts this process does not know to be stored, in the transaction's pipeline;
-    they are known once it commits."""
-    key = (tx.tenant.id, tx.tenant.schema)
-    known = _known_parts.get(key)
-    new = parts if known is None else {d: t for d, t in parts.items() if d not in known}
-    if not new:
-        return
-    tx.conn.execute(_PARTS, {"digests": list(new), "parts": [t.decode() for t in new.values()]})
 
-    def note() -> None:
-        held = _known_parts.setdefault(key, set())
-        if len(held) >= _KNOWN_KEPT:
-            held.clear()
-        held.update(new)
-    tx.committed.append(note)
+@dataclass
+class _PartsStored:
+    """What a batch sent for its parts: the ones stored now, and the count of those it only
+    named, still to be compared with what PostgreSQL holds (``confirm``)."""
+
+    tx: TenantTx
+    parts: dict[bytes, bytes]
+    named: list[bytes]
+    count: Any = None  # the cursor of _COUNT_PARTS, read once the pipeline is done
+
+    def confirm(self) -> None:
+        key = (self.tx.tenant.id, self.tx.tenant.schema)
+        if self.count is not None:
+            row = self.count.fetchone()
+            if row is None or row[0] != len(self.named):
+                # Lost with an unflushed commit: forget them all and store them again.
+                _known_parts.pop(key, None)
+                _insert_parts(self.tx, {d: self.parts[d] for d in self.named})
+        stored = list(self.parts)
+
+        def note() -> None:
+            held = _known_parts.setdefault(key, set())
+            if len(held) >= _KNOWN_KEPT:
+                held.clear()
+            held.update(stored)
+        self.tx.committed.append(note)
+
+
+def _insert_parts(tx: TenantTx, parts: dict[bytes, bytes]) -> None:
+    tx.conn.execute(_PARTS, {"digests": list(parts), "parts": [t.decode() for t in parts.values()]})
+
+
+def _store_parts(tx: TenantTx, parts: dict[bytes, bytes]) -> _PartsStored:
+    """Sends the parts this process has not seen committed, and the check of those it has
+    (in the transaction's pipeline); ``confirm`` once the pipeline is done."""
+    known = _known_parts.get((tx.tenant.id, tx.tenant.schema), set())
+    named = [d for d in parts if d in known]
+    new = {d: t for d, t in parts.items() if d not in known}
+    if new:
+        _insert_parts(tx, new)
+    stored = _PartsStored(tx, parts, named)
+    if named:
+        stored.count = tx.conn.execute(_COUNT_PARTS, [named])
+    return stored
 
 
 def _trace_json(evaluated: Evaluated, parts: dict[bytes, bytes]) -> str:
@@ -286,8 +317,9 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
             "due": ",".join(dues)}) if rule_ids else None
         parts: dict[bytes, bytes] = {}
         traces = [_trace_json(evaluated, parts) for evaluated in outcomes.values()]
-        _store_parts(tx, parts)
+        stored = _store_parts(tx, parts)
         tx.conn.execute(_DONE, {"ids": ",".join(map(str, outcomes)), "traces": traces})
+    stored.confirm()
     if claimed is not None:
         for ledger_id, event_id in claimed.fetchall():
             tx.claims_to_prepare.append((product_of[event_id], ledger_id))  # type: ignore[index, arg-type]

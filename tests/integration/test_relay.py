@@ -145,6 +145,35 @@ def test_a_stored_trace_names_its_shared_phase_two_part_which_is_stored_once(ten
         assert [r[0] for r in dropped["rules"]] == [branch]
 
 
+def test_a_trace_part_lost_with_an_unflushed_commit_is_stored_again(tenant: Tenant) -> None:
+    """The relay's evaluations commit without waiting for the flush, so a crash of
+    PostgreSQL can lose the transaction that stored a part while this process still
+    remembers it as stored (here the part is deleted, as the crash would have lost it):
+    the next batch that names it finds it missing and stores it again."""
+    _desk_with_rule(tenant)
+    with tenant_tx(tenant.slug) as tx:
+        create_rule(tx, {**BIG_CASE_RULE, "name": "Large case by branch",
+                         "trigger": {"subject_kind": "case", "metadata": {"channel": "branch"}}},
+                    by="test")
+
+    def evaluate(external_id: str) -> int:
+        event_id = _host_event(tenant, external_id, 10)
+        with tenant_tx(tenant.slug) as tx:
+            tx.conn.execute("UPDATE events SET status = 'processing', "
+                            "lease_until = now() + interval '1 minute' WHERE id = %s", [event_id])
+            evaluate_claimed(tx, [event_id])
+        return event_id
+
+    evaluate("C-21")  # stores the part; this process now knows it
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("DELETE FROM trace_parts")
+    second = evaluate("C-22")  # names the same part
+    with tenant_tx(tenant.slug) as tx:
+        assert tx.conn.execute("SELECT count(*) FROM trace_parts").fetchone() == (1,)
+        trace = stored_trace(tx, second)
+    assert trace is not None and trace[1]["phase"] == 2 and "rules" in trace[1]
+
+
 def test_the_claim_is_by_status_and_lease_one_batch_in_flight_per_tenant(tenant: Tenant) -> None:
     _desk_with_rule(tenant)
     first = [_host_event(tenant, f"C-{n}", n) for n in range(3)]
