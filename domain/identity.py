@@ -135,11 +135,18 @@ def valid_plan(plan: str) -> Plan:
         ) from None
 
 
+# Control characters (U+0000-U+001F, U+007F-U+009F): never meant in a name or a label;
+# PostgreSQL cannot store the first of them at all (a 500 once, found by the fuzz tests).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def valid_name(name: str, what: str = "name", max_length: int = 200) -> str:
     name = name.strip()
     if not name:
         raise InvalidInput(f"{what} must not be empty")
     if len(name) > max_length:
         raise InvalidInput(f"{what} is longer than {max_length} characters")
+    if _CONTROL.search(name):
+        raise InvalidInput(f"{what} must not contain control characters (such as a tab or NUL)")
     return name
 

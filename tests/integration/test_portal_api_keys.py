@@ -140,6 +140,18 @@ def test_a_key_without_a_label_is_refused_with_a_reason(portal: PortalClient, pe
     assert list_api_keys(people.tenant.slug) == []
 
 
+def test_a_label_with_a_control_character_is_refused_with_a_reason(
+        portal: PortalClient, people: People) -> None:
+    """The NUL character, which PostgreSQL cannot store, once made this form answer 500
+    (found by tests/fuzz/test_openapi_fuzz.py)."""
+    signed_in(portal, people, people.admin)
+    page = portal.get("/api-keys")
+    for label in ("case\x00system", "case\tsystem"):
+        response = portal.post("/api-keys/new", data={"_csrf_token": csrf_token(page.text), "label": label})
+        assert response.status_code == 400 and "control characters" in response.text
+    assert list_api_keys(people.tenant.slug) == []
+
+
 def test_a_key_of_another_tenant_cannot_be_revoked(
     portal: PortalClient, people: People, make_tenant: Callable[..., Tenant]
 ) -> None:

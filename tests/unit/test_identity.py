@@ -80,3 +80,7 @@ def test_emails_roles_plans_and_names() -> None:
         valid_name("   ")
     with pytest.raises(InvalidInput):
         valid_name("x" * 201)
+    for control in ("\x00", "\t", "\x1b", "\x85"):
+        with pytest.raises(InvalidInput, match="control characters"):
+            valid_name(f"case{control}system", "key label")
+    assert valid_name(" Lina Ødegård, Compliance ") == "Lina Ødegård, Compliance"
