@@ -48,7 +48,8 @@ SELECT e.id, e.product, e.subject_id, e.event_type, e.trigger_type, e.changes, e
        s.kind, s.external_id, s.title, s.status,
        coalesce((SELECT array_agg(lower(u.email) ORDER BY lower(u.email))
                  FROM subject_assignees a JOIN users u ON u.id = a.user_id
-                 WHERE a.subject_id = s.id), '{}')
+                 WHERE a.subject_id = s.id), '{}'),
+       (SELECT revision::text FROM rules_revision)  -- phase 1's answers are kept by it
 FROM events e JOIN subjects s ON s.id = e.subject_id
 WHERE e.id = ANY(%s) AND e.status = 'processing'
 ORDER BY e.id
@@ -258,7 +259,7 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
         return report
     # Phase 1 once per (product, event type, trigger type) of the batch, in one statement.
     keys: list[CandidateKey] = [(r[1], r[3], r[4]) for r in rows]  # type: ignore[misc]
-    rules_for = candidate_indexes_of(tx, keys)
+    rules_for = candidate_indexes_of(tx, keys, str(rows[0][14]))
     runs: dict[int, Evaluation] = {}  # by event: its phases 2-4, driven below
     subject_of: dict[int, int] = {}
     wants: dict[int, WantedFacts] = {}
@@ -268,7 +269,7 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
     lags = report.lags
     for row, key in zip(rows, keys, strict=True):
         (event_id, _, subject_id, _, _, changes, metadata, due, lag, kind, external_id,
-         title, status, assignees) = row
+         title, status, assignees, _) = row
         event = EventFacts(
             event_type=key[1], trigger_type=key[2], subject_kind=kind,  # type: ignore[arg-type]
             metadata=metadata or {},  # type: ignore[arg-type]

@@ -248,14 +248,24 @@ CandidateKey = tuple[str, str, str | None]  # (product, event type, trigger type
 
 # Phase 1 for several (product, event type, trigger type) at once: the wanted keys as
 # parallel arrays; a rule answers every key of its product and kind whose trigger type it
-# lists (updates) or any (created: no trigger type). Served by rules_candidates.
+# lists (updates) or any (created: no trigger type). Served by rules_candidates. Every key
+# gets a row (no rule: NULL arrays), with the rules revision the statement saw.
 _CANDIDATES = """
-SELECT w.n, array_agg(r.id ORDER BY r.id), array_agg(r.version ORDER BY r.id)
+SELECT w.n, array_agg(r.id ORDER BY r.id) FILTER (WHERE r.id IS NOT NULL),
+       array_agg(r.version ORDER BY r.id) FILTER (WHERE r.id IS NOT NULL),
+       (SELECT revision::text FROM rules_revision)
 FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS w (product, kind, trigger, n)
-JOIN rules r ON r.enabled AND r.product = w.product AND r.kind = w.kind
-            AND (w.trigger IS NULL OR w.trigger = ANY(r.trigger_types))
+LEFT JOIN rules r ON r.enabled AND r.product = w.product AND r.kind = w.kind
+                 AND (w.trigger IS NULL OR w.trigger = ANY(r.trigger_types))
 GROUP BY w.n
 """
+
+# Phase 1's answers by (tenant, rules revision, key): a revision names one state of the
+# tenant's rules (migration 0014: every statement that changes them gives them a new
+# one), so the same revision and key always have the same answer, and the relay, which
+# reads the revision with its batch, asks PostgreSQL only for keys it has not seen under it.
+_ANSWERS_KEPT = 4_000
+_answers: OrderedDict[tuple[int, str, CandidateKey], TriggerIndex] = OrderedDict()
 
 # A key's candidates and their phase-2 index, kept by the exact (rule, version) list that
 # phase 1 answered: the same list answers the same candidates, so a batch after the first
@@ -276,22 +286,38 @@ def candidate_rules_of(tx: TenantTx, keys: list[CandidateKey]) -> dict[Candidate
     return {k: list(index.candidates) for k, index in candidate_indexes_of(tx, keys).items()}
 
 
-def candidate_indexes_of(tx: TenantTx, keys: list[CandidateKey]) -> dict[CandidateKey, TriggerIndex]:
+def candidate_indexes_of(tx: TenantTx, keys: list[CandidateKey],
+                         revision: str | None = None) -> dict[CandidateKey, TriggerIndex]:
     """Phase 1 for every (product, event type, trigger type) of a batch, in one statement,
     each key's candidates (in rule id order) indexed for phase 2. A (rule, version) is
     immutable, so its parsed definition is kept in process and only new versions'
     definitions are read (a second statement, only then); the index of a list of (rule,
-    version) already seen is reused."""
-    keys = list(dict.fromkeys(keys))
+    version) already seen is reused. Given the tenant's rules ``revision`` (read in the
+    caller's own statement), the keys already answered under it are not asked again."""
+    keys = wanted_keys = list(dict.fromkeys(keys))
     if not keys:
         return {}
+    tenant = tx.tenant.id
+    out: dict[CandidateKey, TriggerIndex] = {}
+    if revision is not None:
+        with _parsed_lock:
+            for k in keys:
+                kept = _answers.get((tenant, revision, k))
+                if kept is not None:
+                    _answers.move_to_end((tenant, revision, k))
+                    out[k] = kept
+        keys = [k for k in keys if k not in out]
+        if not keys:
+            return {k: out[k] for k in wanted_keys}
     rows = tx.conn.execute(_CANDIDATES, [[k[0] for k in keys], [k[1] for k in keys],
                                          [k[2] for k in keys]]).fetchall()
-    tenant = tx.tenant.id
-    out: dict[CandidateKey, TriggerIndex] = {k: _NO_CANDIDATES for k in keys}
+    seen_revision = str(rows[0][3]) if rows else None
     missing: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
     with _parsed_lock:
-        for n, ids, versions in rows:
+        for n, ids, versions, _ in rows:
+            if not ids:
+                out[keys[int(str(n)) - 1]] = _NO_CANDIDATES
+                continue
             signature: tuple[int, tuple[int, ...], tuple[int, ...]] = (
                 tenant, tuple(ids), tuple(versions))  # type: ignore[arg-type]
             index = _indexes.get(signature)
@@ -317,6 +343,7 @@ def candidate_indexes_of(tx: TenantTx, keys: list[CandidateKey]) -> dict[Candida
                 known[key] = _parsed[key] = stored_rule(definition)  # type: ignore[arg-type]
             while len(_parsed) > _CACHE_SIZE:
                 _parsed.popitem(last=False)
+    complete = True
     with _parsed_lock:
         for n, signature in missing.items():
             _, ids, vs = signature
@@ -326,5 +353,13 @@ def candidate_indexes_of(tx: TenantTx, keys: list[CandidateKey]) -> dict[Candida
                 _indexes[signature] = index
                 while len(_indexes) > _INDEX_CACHE_SIZE:
                     _indexes.popitem(last=False)
+            else:
+                complete = False
             out[keys[n]] = index
-    return out
+        if seen_revision is not None and complete:
+            # Kept under the revision this statement saw (the caller's may be older).
+            for k in keys:
+                _answers[(tenant, seen_revision, k)] = out[k]
+            while len(_answers) > _ANSWERS_KEPT:
+                _answers.popitem(last=False)
+    return {k: out[k] for k in wanted_keys}  # in the order asked

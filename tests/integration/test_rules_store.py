@@ -203,3 +203,51 @@ def test_phase_one_reuses_the_index_of_an_unchanged_rule_list_and_rebuilds_a_cha
     assert after is not first
     assert [(c.id, c.version) for c in after.candidates] == [(assigned, 2), (both, 1)]
     assert after.candidates[0].definition.trigger.metadata == {"role": "reviewer"}
+
+
+def _revision(tenant: Tenant) -> str:
+    with tenant_tx(tenant.slug) as tx:
+        row = tx.conn.execute("SELECT revision::text FROM rules_revision").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_every_change_to_the_rules_however_made_gives_them_a_new_revision(tenant: Tenant) -> None:
+    """Phase 1's answers are kept under the revision (migration 0014's trigger): a rule
+    created, edited, disabled, or changed by hand in SQL, each gives a revision never seen."""
+    add_product(tenant, trigger_types=("assigned",))
+    seen = [_revision(tenant)]
+    rule_id = create(tenant, update_rule_json("assigned", ["assigned"]))
+    seen.append(_revision(tenant))
+    with tenant_tx(tenant.slug) as tx:
+        update_rule(tx, rule_id, update_rule_json("renamed", ["assigned"]), "ana", CHECK)
+    seen.append(_revision(tenant))
+    with tenant_tx(tenant.slug) as tx:
+        set_enabled(tx, rule_id, False, "ana")
+    seen.append(_revision(tenant))
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE rules SET enabled = true")  # by hand, outside db/rules.py
+    seen.append(_revision(tenant))
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("SELECT 1 FROM rules")  # reading changes nothing
+    seen.append(_revision(tenant))
+    assert len(set(seen)) == 5 and seen[-1] == seen[-2]
+
+
+def test_phase_one_answers_kept_under_a_revision_are_never_used_after_a_change(tenant: Tenant) -> None:
+    add_product(tenant, trigger_types=("assigned",))
+    first_rule = create(tenant, update_rule_json("first", ["assigned"]))
+    key = ("fraud", "updated", "assigned")
+    before = _revision(tenant)
+    with tenant_tx(tenant.slug) as tx:
+        first = candidate_indexes_of(tx, [key], before)[key]
+        assert candidate_indexes_of(tx, [key], before)[key] is first  # kept: no statement
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE rules SET enabled = false WHERE id = %s", [first_rule])
+    after = _revision(tenant)
+    with tenant_tx(tenant.slug) as tx:
+        assert candidate_indexes_of(tx, [key], after)[key].candidates == []
+        second_rule = create_rule(tx, update_rule_json("second", ["assigned"]), "ana", CHECK).id
+    with tenant_tx(tenant.slug) as tx:
+        latest = candidate_indexes_of(tx, [key], _revision(tenant))[key]
+    assert [c.id for c in latest.candidates] == [second_rule]
