@@ -93,6 +93,19 @@ def _run_after_commit(tx: TenantTx) -> None:
 _TENANT_COLUMNS = "id, slug, name, schema_name, time_zone, status, unknown_outcome_policy"
 
 
+# A tenant transaction's first statement (tenant_tx), by (generic_plans, redoable): the
+# tenant's row, with its schema set as the transaction's search_path, and the plan and
+# commit settings asked for, all transaction-local (set_config(..., true)).
+_BEGIN_LOOKUPS = {
+    (generic, redoable): (
+        f"SELECT {_TENANT_COLUMNS}, set_config('search_path', schema_name || ', public', true)"
+        + (", set_config('plan_cache_mode', 'force_generic_plan', true)" if generic else "")
+        + (", set_config('synchronous_commit', 'off', true)" if redoable else "")
+        + " FROM control.tenants WHERE slug = %s")
+    for generic in (False, True) for redoable in (False, True)
+}
+
+
 def _tenant(row: tuple[object, ...]) -> Tenant:
     return Tenant(int(str(row[0])), str(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]),
                   str(row[6]))
@@ -187,19 +200,15 @@ def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False)
     the WAL up to its own commit, and so this one's with it.
     """
     valid_slug(slug)
-    plans = ", set_config('plan_cache_mode', 'force_generic_plan', true)" if generic_plans else ""
-    if redoable:
-        plans += ", set_config('synchronous_commit', 'off', true)"
     with connection() as conn:
-        # One round trip: BEGIN, find the tenant and scope the transaction to its schema
-        # (two statements in one simple query, hence the slug as a quoted literal).
-        begin = sql.SQL("BEGIN; SELECT {} , set_config('search_path', schema_name || ', public', true)"
-                        "{} FROM control.tenants WHERE slug = {}").format(
-            sql.SQL(_TENANT_COLUMNS), sql.SQL(plans), sql.Literal(slug))
         try:
             with not_migrated_is_an_error():
-                found = conn.execute(begin)
-                found.nextset()  # past BEGIN's result
+                # One round trip: BEGIN, then find the tenant and scope the transaction to
+                # its schema; the lookup's text is the same for every tenant, so the
+                # connection prepares it once (db/pool.py) instead of planning it each time.
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    found = conn.execute(_BEGIN_LOOKUPS[generic_plans, redoable], [slug])
                 row = found.fetchone()
             if row is None:
                 raise NotFound(f"unknown tenant {slug!r}")
