@@ -1,11 +1,13 @@
-"""How the relay hands over what it evaluated, on real PostgreSQL and Redis with no worker
-running: a product whose preparation queue is idle has its claims prepared by the relay
-itself; a product with messages waiting, or whose preparation just failed there, gets them
-through its queue; a relay that finds its tenant locked leaves the event to the holder,
-who is told to claim once more."""
+"""How the relay hands over what it evaluated, on real PostgreSQL and the suite's broker
+with no worker running: with Redis, a product whose preparation queue is idle has its
+claims prepared by the relay itself, and a product with messages waiting, or whose
+preparation just failed there, gets them through its queue; with RabbitMQ (whose queues
+cannot be looked at cheaply) every claim takes its product's queue. A relay that finds its
+tenant locked leaves the event to the holder, who is told to claim once more."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,9 +22,12 @@ from db.tenancy import Tenant, tenant_tx
 from tests.integration.intake_support import case_event, fraud_desk
 from tocsin import runtime
 from tocsin.outbox import record_event
-from tocsin.queues import RedisQueueDepths
+from tocsin.queues import RabbitmqQueueDepths, RedisQueueDepths
 
 QUEUE = "prepare_fraud"
+ON_RABBITMQ = bool(os.environ.get("BROKER_URL"))
+# What the relay does only with the Redis broker (actors/prepare.py prepare_or_send).
+redis_broker_only = pytest.mark.skipif(ON_RABBITMQ, reason="the relay prepares inline only on Redis")
 
 
 def _rule(title: str = "Large case {{ subject.external_id }}") -> dict[str, Any]:
@@ -53,6 +58,10 @@ def _one(tenant: Tenant, query: str) -> Any:
 
 
 def _waiting() -> int:
+    """Messages waiting in the product's queue, from the broker the suite runs on."""
+    broker_url = runtime.settings().broker_url
+    if broker_url:
+        return RabbitmqQueueDepths(broker_url).depth(QUEUE).ready
     broker = current_broker()
     return RedisQueueDepths(broker.client, broker.namespace).waiting(QUEUE)  # type: ignore[attr-defined]
 
@@ -65,6 +74,7 @@ def empty_queue() -> Iterator[None]:
     current_broker().flush(QUEUE)
 
 
+@redis_broker_only
 def test_claims_of_a_product_whose_queue_is_idle_are_prepared_by_the_relay_itself(
         tenant: Tenant, empty_queue: None) -> None:
     _desk(tenant, _rule())
@@ -92,6 +102,20 @@ def test_claims_of_a_product_with_messages_waiting_take_its_queue(
     assert _waiting() == 2  # behind the backlog, in order
 
 
+@pytest.mark.skipif(not ON_RABBITMQ, reason="the RabbitMQ broker's hand-over")
+def test_on_rabbitmq_every_claim_takes_its_products_queue(tenant: Tenant, empty_queue: None) -> None:
+    _desk(tenant, _rule())
+    _host_event(tenant, "C-6")
+
+    relay_tenant.fn(tenant.slug)
+
+    assert _one(tenant, "SELECT count(*) FROM events WHERE status = 'evaluated'") == 1
+    assert _one(tenant, "SELECT count(*) FROM notifications") == 0
+    assert _one(tenant, "SELECT count(*) FROM notification_ledger WHERE prepared_at IS NULL") == 1
+    assert _waiting() == 1
+
+
+@redis_broker_only
 def test_a_preparation_that_fails_in_the_relay_is_counted_and_its_product_takes_the_queue(
         tenant: Tenant, empty_queue: None) -> None:
     _desk(tenant, _rule(title="{% for i in (1..100000) %}x{% endfor %}"))
@@ -126,7 +150,8 @@ def test_a_relay_that_finds_its_tenant_locked_leaves_the_event_to_the_holders_ne
     assert _one(tenant, "SELECT count(*) FROM events WHERE status = 'pending'") == 1
     assert coord.release(tenant.slug, holder) is True  # the holder is asked for one more pass
     relay_tenant.fn(tenant.slug)  # that pass
-    assert _one(tenant, "SELECT count(*) FROM notifications") == 1
+    assert _one(tenant, "SELECT count(*) FROM events WHERE status = 'evaluated'") == 1
+    assert _one(tenant, "SELECT count(*) FROM notification_ledger") == 1
 
     unasked = coord.acquire(tenant.slug, 60)
     assert unasked is not None
