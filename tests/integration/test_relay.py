@@ -260,3 +260,35 @@ def _probe(worker: RunningWorker) -> bool:
     relay_tick.send()
     worker.drain()
     return True
+
+
+def test_events_status_shows_each_tenant_and_products_backlog_and_the_oldest_age(
+        capsys: pytest.CaptureFixture[str], make_tenant: Callable[..., Tenant],
+        worker: RunningWorker) -> None:
+    from tests.integration.test_cli import run
+
+    busy, quiet = make_tenant(), make_tenant()
+    for t in (busy, quiet):
+        _desk_with_rule(t)
+    waiting = [_host_event(busy, f"C-{n}", 2_000_000) for n in range(3)]
+    with tenant_tx(busy.slug) as tx:  # one waiting an hour, one given up on
+        tx.conn.execute("UPDATE events SET recorded_at = now() - interval '1 hour' WHERE id = %s",
+                        [waiting[0]])
+        tx.conn.execute("UPDATE events SET status = 'failed' WHERE id = %s", [waiting[2]])
+
+    code, out, _ = run(capsys, "events", "status")
+    assert code == 0
+    rows = [line.split() for line in out.splitlines() if line.startswith((busy.slug, quiet.slug))]
+    # tenant, product, pending, in flight, failed, and the oldest waiting event's age
+    assert [row[:5] for row in rows] == [[busy.slug, "fraud", "2", "0", "1"]]
+    assert rows[0][5:] == ["1h", "00m"]
+    code, out, _ = run(capsys, "events", "status", "--tenant", quiet.slug)
+    assert code == 0 and out.startswith("No events waiting or failed in 1 tenant(s).")
+
+    relay_tick.send()
+    worker.drain()
+    code, out, _ = run(capsys, "events", "status", "--tenant", busy.slug)
+    assert [line.split()[:5] for line in out.splitlines() if line.startswith(busy.slug)] == [
+        [busy.slug, "fraud", "0", "0", "1"]]  # the failed one stays listed until someone acts
+    code, _, err = run(capsys, "events", "status", "--tenant", "no-such-tenant")
+    assert code == 2 and "no-such-tenant" in err

@@ -17,6 +17,7 @@ import tempfile
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -106,6 +107,32 @@ def test_make_run_serves_the_login_page_sends_the_demo_reminders_and_stops_on_ct
                "Northwind's reminder", UP_LIMIT)
     sent = "\n".join(subjects())
     assert "Northwind Analytics: one week until access pauses" in sent
+
+    # The fraud desk: the events the demo recorded as a host fire its two rules by email.
+    def mailed(*lines: str) -> bool:
+        return any(all(line in raw for line in lines) for raw in subjects())
+
+    for to, subject in (("head.north@demo.example", "Large case FC-1001 in north"),
+                        ("head.south@demo.example", "Large case FC-1003 in south"),
+                        ("sam@demo.example", "Case FC-1002 is now yours")):
+        wait_until(partial(mailed, f"To: {to}", f"Subject: {subject}"), f"{subject!r} to {to}", UP_LIMIT)
+    assert not mailed("Large case FC-1002")  # 18,500 is not a large case
+
+    # The README's first screen: one event with curl and the key the banner printed.
+    key = re.search(r"Demo API key \(events API\): (tsk_\S+)", banner)
+    assert key, banner
+    request = urllib.request.Request(
+        portal.group(1) + "api/v1/events", method="POST",
+        headers={"Authorization": f"Bearer {key.group(1)}", "Content-Type": "application/json",
+                 "Idempotency-Key": "case-C-1042-created"},
+        data=json.dumps({"product": "fraud", "type": "created",
+                         "subject": {"kind": "case", "external_id": "C-1042", "title": "Card fraud",
+                                     "hierarchy": {"region": "north"},
+                                     "fields": {"amount": 1500000}}}).encode())
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status in (200, 201) and "event_id" in json.loads(response.read())
+    wait_until(lambda: mailed("To: head.north@demo.example", "Subject: Large case C-1042 in north"),
+               "the curl event's email", UP_LIMIT)
 
     # The status line of the banner, run from another terminal: every queue consumed, the
     # demo tenant swept (the clock sweeps once at start).
