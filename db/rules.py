@@ -315,17 +315,18 @@ def candidate_indexes_of(tx: TenantTx, keys: list[CandidateKey],
     missing: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
     with _parsed_lock:
         for n, ids, versions, _ in rows:
+            at = int(str(n)) - 1  # WITH ORDINALITY counts from 1
             if not ids:
-                out[keys[int(str(n)) - 1]] = _NO_CANDIDATES
+                out[keys[at]] = _NO_CANDIDATES
                 continue
             signature: tuple[int, tuple[int, ...], tuple[int, ...]] = (
                 tenant, tuple(ids), tuple(versions))  # type: ignore[arg-type]
             index = _indexes.get(signature)
             if index is None:
-                missing[int(str(n)) - 1] = signature
+                missing[at] = signature
             else:
                 _indexes.move_to_end(signature)
-                out[keys[int(str(n)) - 1]] = index
+                out[keys[at]] = index
         wanted = {(tenant, i, v) for _, ids, vs in missing.values() for i, v in zip(ids, vs, strict=True)}
         known = {k: _parsed[k] for k in wanted if k in _parsed}
     unknown = sorted(wanted - set(known))

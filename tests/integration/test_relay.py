@@ -19,6 +19,7 @@ from db.rules import create_rule
 from db.tenancy import Tenant, tenant_tx
 from tests.integration.conftest import RunningWorker, use_settings, wait_until
 from tests.integration.intake_support import case_event, fraud_desk
+from tests.integration.test_cli import run
 from tocsin import runtime
 from tocsin.outbox import record_event
 
@@ -265,8 +266,6 @@ def _probe(worker: RunningWorker) -> bool:
 def test_events_status_shows_each_tenant_and_products_backlog_and_the_oldest_age(
         capsys: pytest.CaptureFixture[str], make_tenant: Callable[..., Tenant],
         worker: RunningWorker) -> None:
-    from tests.integration.test_cli import run
-
     busy, quiet = make_tenant(), make_tenant()
     for t in (busy, quiet):
         _desk_with_rule(t)
