@@ -1,6 +1,6 @@
-"""deliver_email: for a few deliveries of one tenant, check and claim (committed), wait
-for send slots, note the calls (committed), send each through the provider, record the
-outcomes (fenced by each claim's token).
+"""deliver_email: for a few deliveries of one tenant, check and claim (committed), then
+for each: wait for its send slot, note the call (committed, with the previous call's
+answer), send it through the provider; every outcome fenced by its claim's token.
 
 The steps and the in-flight boundary they leave are described in db/deliveries.py.
 """
@@ -18,14 +18,15 @@ import dramatiq
 
 from actors.metrics import EMAIL_ATTEMPTS, EMAIL_ERRORS
 from actors.rate_limit import RateLimited, get_limiter
-from actors.ses import Accepted, OutgoingEmail, ProviderError, get_mailer
+from actors.ses import OutgoingEmail, ProviderError, get_mailer
 from db.deliveries import (
+    Answer,
     ClaimedEmail,
+    Recorded,
     Settled,
     claim_deliveries,
-    mark_providers_called,
-    record_acceptances,
     record_failure,
+    record_step_at_once,
     record_unknown,
 )
 from db.pool import retrying
@@ -41,11 +42,15 @@ from tocsin.timekeeping import utcnow
 log = logging.getLogger("tocsin.email")
 
 EMAILS_PER_MESSAGE = 20  # deliveries of one tenant that one deliver_email message carries
-SEND_WINDOW = 1.0  # seconds: under a send rate, the slots marked provider-called at once span this
-# At most this many deliveries are marked provider-called ahead of their sends: what a
-# worker killed mid-message leaves uncertain (resent once, same Message-ID, unless an SES
-# event settles it), per thread. One mark per delivery would cost a statement each.
-MARKED_AHEAD = 5
+SLOTS_AHEAD = 5  # send slots reserved in one round trip to Redis (spread over SLOT_WINDOW at most)
+SLOT_WINDOW = 1.0  # seconds: under a send rate, the slots reserved at once span at most this
+# An answer is recorded together with the next call's provider-called mark when that call's
+# slot comes within this; otherwise alone, at once. Either way it is committed no later than
+# this after it arrived, and a crash leaves uncertain only the calls in flight.
+ANSWER_FLUSH_WITHIN = 0.1  # seconds
+# A provider's answer is retried on fresh connections for this long when PostgreSQL is
+# unreachable (a restart, a failover): an answer given up on becomes unknown and is resent.
+ANSWER_PATIENCE = 60.0  # seconds
 
 
 # The time limit stays under the default lease (5 minutes): a stuck worker records its
@@ -53,9 +58,9 @@ MARKED_AHEAD = 5
 @dramatiq.actor(queue_name="email", time_limit=4 * 60_000, max_age=60 * 60_000)  # milliseconds
 def deliver_email(slug: str, *delivery_ids: int) -> None:
     """Send up to EMAILS_PER_MESSAGE deliveries of one tenant: one claim transaction for
-    them all, one provider-called mark per group of send slots, one call each, one
-    transaction for the acceptances. Per-delivery transactions and messages cost a
-    delivery several times what the provider call does.
+    them all, then for each call one transaction that records the previous call's answer
+    and marks this call provider-called. Per-delivery messages and claims cost a delivery
+    several times what the provider call does.
 
     Safe to run any number of times, at once or in sequence: only the run whose claim
     moves a delivery to sending calls the provider for it; the others find nothing to do."""
@@ -70,46 +75,85 @@ def deliver_email(slug: str, *delivery_ids: int) -> None:
 
 class _Batch:
     """The claimed deliveries of one message, each ending recorded: accepted, failed or
-    unknown, or released unsent when the worker stops before its turn."""
+    unknown, or released unsent when the worker stops before its turn.
+
+    At any instant at most one of them is marked provider-called without an outcome: the
+    call in flight, or the answer just received and about to be committed."""
 
     def __init__(self, slug: str, claims: list[ClaimedEmail], settings: Settings, send_until: float):
         self.slug = slug
         self.settings = settings
         self.send_until = send_until
         self.waiting = list(claims)  # claimed, not yet handed to the provider
-        self.accepted: list[tuple[ClaimedEmail, Accepted]] = []
+        self.answered: Answer | None = None  # the last call's acceptance, not yet recorded
+        self.outcomes: list[str] = []  # what became of each recorded answer, logged once
 
     def send(self) -> None:
         limiter = get_limiter()
-        group_size = max(1, min(MARKED_AHEAD, int(limiter.per_second * SEND_WINDOW)))
+        group_size = max(1, min(SLOTS_AHEAD, int(limiter.per_second * SLOT_WINDOW)))
         try:
             while self.waiting:
                 group = self.waiting[:group_size]
                 try:
                     slots = limiter.reserve(len(group))
                 except RateLimited as error:
+                    self._flush()
                     for claim in list(self.waiting):
                         self.waiting.remove(claim)
                         _record_error(self.slug, claim, ProviderError(
                             ErrorClass.TRANSIENT, f"local rate limit: {error}"))
                     return
-                called = _mark_called(self.slug, group)
                 for n, claim in enumerate(group):
-                    if claim not in called:
-                        self.waiting.remove(claim)
-                        log.warning("delivery tenant=%s id=%d attempt=%d lease lost before the send; "
-                                    "not sent", self.slug, claim.delivery_id, claim.attempt)
-                        continue
+                    if slots.seconds_until(n) > ANSWER_FLUSH_WITHIN:
+                        self._flush()  # not held back while this call waits for its slot
                     slots.wait_for(n)
                     if time.monotonic() > self.send_until:
                         self._release("the lease was running out")
                         return
+                    if not self._mark(claim):
+                        self.waiting.remove(claim)
+                        log.warning("delivery tenant=%s id=%d attempt=%d lease lost before the send; "
+                                    "not sent", self.slug, claim.delivery_id, claim.attempt)
+                        continue
                     self._send_one(claim)
         except BaseException as error:  # a time limit or shutdown: what was not sent goes back
             self._release(f"the worker stopped ({type(error).__name__})")
             raise
         finally:
-            self._record_accepted()
+            try:
+                self._flush()
+            finally:
+                self._log_outcomes()
+
+    def _mark(self, claim: ClaimedEmail) -> bool:
+        """Committed before the call: the last answer, and this call marked provider-called.
+        False when the lease has run out or the delivery is no longer ours: do not call."""
+        answered, self.answered = self.answered, None
+        recorded = _write_step(self.slug, answered, claim)
+        if answered is not None:
+            self._note(answered, recorded)
+        return claim.delivery_id in recorded.marked
+
+    def _flush(self) -> None:
+        answered, self.answered = self.answered, None
+        if answered is not None:
+            self._note(answered, _write_step(self.slug, answered, None))
+
+    def _note(self, answer: Answer, recorded: Recorded) -> None:
+        claim = answer.claim
+        outcome = f"id={claim.delivery_id} attempt={claim.attempt} request={answer.request_id}"
+        if claim.delivery_id in recorded.late:
+            outcome += " (resent meanwhile: recorded on the attempt)"
+        elif claim.delivery_id not in recorded.accepted:
+            outcome += " (the attempt had ended otherwise: not recorded)"
+        self.outcomes.append(outcome)
+
+    def _log_outcomes(self) -> None:
+        # One record for the message's acceptances, not one per delivery: each record is
+        # formatted here and copied once more by Dramatiq's parent process.
+        if self.outcomes and log.isEnabledFor(logging.INFO):
+            log.info("delivery tenant=%s accepted: %s", self.slug, ", ".join(self.outcomes))
+        self.outcomes = []
 
     def _send_one(self, claim: ClaimedEmail) -> None:
         self.waiting.remove(claim)
@@ -124,11 +168,11 @@ class _Batch:
             EMAIL_ERRORS.labels(ErrorClass.UNCERTAIN.value).inc()
             _record_lost_answer(self.slug, claim, type(error).__name__)
             raise
-        self.accepted.append((claim, accepted))
+        self.answered = Answer(claim, accepted.provider_message_id, accepted.request_id)
 
     def _release(self, why: str) -> None:
-        """Back to pending, due now: these were claimed (some marked provider-called) but never
-        handed to the provider, so they are not unknown; each attempt ends as a retry."""
+        """Back to pending, due now: these were claimed but never handed to the provider, so
+        they are not unknown; each attempt ends as a retry."""
         released, self.waiting = self.waiting, []
         if not released:
             return
@@ -139,18 +183,12 @@ class _Batch:
         except Exception:  # the sweeper recovers their expired leases instead
             log.exception("delivery tenant=%s could not release unsent deliveries", self.slug)
 
-    def _record_accepted(self) -> None:
-        if not self.accepted:
-            return
-        recorded = retrying(lambda: _accepted(self.slug, self.accepted))
-        # One record for the message's acceptances, not one per delivery: each record is
-        # formatted here and copied once more by Dramatiq's parent process.
-        if log.isEnabledFor(logging.INFO):
-            log.info("delivery tenant=%s accepted: %s", self.slug, ", ".join(
-                f"id={claim.delivery_id} attempt={claim.attempt} request={accepted.request_id}"
-                + ("" if claim.delivery_id in recorded else " (another worker holds it now: not recorded)")
-                for claim, accepted in self.accepted))
-        self.accepted = []
+
+def _write_step(slug: str, answer: Answer | None, call: ClaimedEmail | None) -> Recorded:
+    """``record_step`` in a transaction of its own; retried while PostgreSQL is unreachable,
+    for as long as ANSWER_PATIENCE when it carries an answer."""
+    return retrying(lambda: record_step_at_once(slug, answer, call),
+                    patience=ANSWER_PATIENCE if answer is not None else 0.0)
 
 
 def _claim(slug: str, delivery_ids: list[int], settings: Settings) -> list[ClaimedEmail]:
@@ -170,13 +208,6 @@ def _claim(slug: str, delivery_ids: list[int], settings: Settings) -> list[Claim
     return claims
 
 
-def _mark_called(slug: str, claims: list[ClaimedEmail]) -> list[ClaimedEmail]:
-    """Committed before the first of these calls: the claims whose lease still holds."""
-    with tenant_tx(slug) as tx:
-        marked = mark_providers_called(tx, claims)
-    return [c for c in claims if c.delivery_id in marked]
-
-
 @lru_cache(maxsize=4)  # one sender per process: parsed once, not for every email
 def _sender_domain(mail_from: str) -> str:
     return parseaddr(mail_from)[1].rpartition("@")[2] or "tocsin.invalid"
@@ -193,14 +224,6 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings) -> OutgoingEmai
     unsubscribe = f"{settings.portal_url}/unsubscribe/{token}"
     return OutgoingEmail(message_id, claim.recipient, claim.title,
                          email_text(claim.body, link, unsubscribe), tags, unsubscribe_url=unsubscribe)
-
-
-def _accepted(slug: str, accepted: list[tuple[ClaimedEmail, Accepted]]) -> set[int]:
-    """The acceptances in one transaction: the delivery ids recorded (a row another worker
-    has claimed since is not)."""
-    with tenant_tx(slug) as tx:
-        return record_acceptances(tx, [(claim, answer.provider_message_id, answer.request_id)
-                                       for claim, answer in accepted])
 
 
 def _released(slug: str, claims: list[ClaimedEmail], why: str) -> None:

@@ -52,9 +52,13 @@ class Slots:
     first_at: float  # time.monotonic() when the first was reached
     spacing: float  # seconds between two slots
 
+    def seconds_until(self, n: int) -> float:
+        """How long until slot ``n`` (0 or less once it is reached)."""
+        return self.first_at + n * self.spacing - time.monotonic()
+
     def wait_for(self, n: int) -> None:
         """Sleep until slot ``n`` (0 is the first, reached already)."""
-        delay = self.first_at + n * self.spacing - time.monotonic()
+        delay = self.seconds_until(n)
         if delay > 0:
             time.sleep(delay)
 

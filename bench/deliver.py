@@ -84,6 +84,7 @@ RATE_TOLERANCE = 0.05  # the limited rate must be within 5% of the limit
 NOOP_QUEUE = "bench_noop"
 START_LIMIT = 60.0  # seconds a worker or the endpoint may take to start
 POLL = 0.02  # seconds between two looks at Redis or PostgreSQL while a phase runs
+UNCERTAIN_POLL = 0.05  # seconds between two counts of the provider-called deliveries without an outcome
 LOGS = Path(".tocsin/bench").resolve()
 
 
@@ -178,7 +179,7 @@ def service_pids() -> list[int]:
     """The embedded PostgreSQL's postmaster and this process's Redis, when they run here."""
     pids = []
     postmaster = LOGS / "pg" / "postmaster.pid"
-    if not os.environ.get("DATABASE_URL") and postmaster.exists():
+    if postmaster.exists():  # the bench started PostgreSQL (main: DATABASE_URL was unset)
         pids.append(int(postmaster.read_text().split()[0]))
     for task in Path("/proc/self/task").glob("*"):
         for child in (task / "children").read_text().split():
@@ -317,6 +318,9 @@ class DeliveryRun:
     endpoint_rate: float  # requests/s as the endpoint saw them arrive (first..last)
     load_before: str
     load_after: str
+    worker_threads: int  # processes x threads
+    uncertain_peak: int  # most deliveries provider-called without an outcome at one sample
+    samples: int  # how many instants were sampled for it
 
     @property
     def rate(self) -> float:
@@ -349,6 +353,46 @@ def stop(process: subprocess.Popen[bytes], what: str) -> None:
         process.wait()
 
 
+class UncertainSampler:
+    """What a crash of every worker would leave uncertain, sampled while they send: the
+    deliveries whose open attempt is marked provider-called with no outcome recorded (the
+    sweeper would make each one unknown and resend it). Read on a connection of its own
+    every UNCERTAIN_POLL seconds; the peak is the figure (the goal: at most one per worker
+    thread, the calls in flight)."""
+
+    def __init__(self, database_url: str, tenants: Sequence[BenchTenant]):
+        self._conn = psycopg.connect(database_url, autocommit=True)
+        # An attempt is open only while its delivery is sending under its token: read through
+        # the partial index of sending deliveries, the count costs the run almost nothing.
+        self._query = sql.SQL(" + ").join(
+            sql.SQL("(SELECT count(*) FROM {} d JOIN {} a ON a.delivery_id = d.id "
+                    "AND a.claim_token = d.claim_token WHERE d.status = 'sending' "
+                    "AND a.provider_called_at IS NOT NULL AND a.ended_at IS NULL)").format(
+                sql.Identifier(t.schema, "notification_deliveries"),
+                sql.Identifier(t.schema, "delivery_attempts"))
+            for t in tenants)
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> UncertainSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+
+    def _run(self) -> None:
+        statement = sql.SQL("SELECT {}").format(self._query)
+        while not self._stop.wait(UNCERTAIN_POLL):
+            row = self._conn.execute(statement).fetchone()
+            self.peak = max(self.peak, int(row[0]) if row else 0)
+            self.samples += 1
+
+
 def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int, tenants: int,
                    processes: int, threads: int, send_rate: float) -> DeliveryRun:
     from actors.dispatch import send_deliveries
@@ -371,34 +415,35 @@ def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int,
     endpoint_cpu = endpoint.cpu_seconds()
     services = service_pids()
     services_cpu = services_cpu_seconds(services)
-    worker = start_worker(processes, threads, env, log)
-    worker_cpu = 0.0
-    try:
-        deadline = time.monotonic() + START_LIMIT + count / 5  # bounds a hang only (>= 5/s)
-        while True:
+    with UncertainSampler(env["DATABASE_URL"], built) as sampler:
+        worker = start_worker(processes, threads, env, log)
+        worker_cpu = 0.0
+        try:
+            deadline = time.monotonic() + START_LIMIT + count / 5  # bounds a hang only (>= 5/s)
+            while True:
+                worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
+                accepted, other = accepted_count(conn, built)
+                if accepted + other >= count:
+                    break
+                if worker.poll() is not None:
+                    raise Failed(f"the worker exited with {worker.returncode}; see {log}")
+                if time.monotonic() > deadline:
+                    raise Failed(f"only {accepted:,} of {count:,} accepted in time; see {log}")
+                time.sleep(0.25)
             worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
-            accepted, other = accepted_count(conn, built)
-            if accepted + other >= count:
-                break
-            if worker.poll() is not None:
-                raise Failed(f"the worker exited with {worker.returncode}; see {log}")
-            if time.monotonic() > deadline:
-                raise Failed(f"only {accepted:,} of {count:,} accepted in time; see {log}")
-            time.sleep(0.25)
-        worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
-        # Before the worker stops: its PostgreSQL backends are counted while they live.
-        services_cpu = services_cpu_seconds(services) - services_cpu
-    finally:
-        load_after = load()
-        endpoint_cpu = endpoint.cpu_seconds() - endpoint_cpu
-        stop(worker, "the worker")
+            # Before the worker stops: its PostgreSQL backends are counted while they live.
+            services_cpu = services_cpu_seconds(services) - services_cpu
+        finally:
+            load_after = load()
+            endpoint_cpu = endpoint.cpu_seconds() - endpoint_cpu
+            stop(worker, "the worker")
     seconds, latencies = timings(conn, built)
     received = endpoint.received()
     check_exactly_once(conn, built, received, count)
     span = (received["last"] or 0) - (received["first"] or 0)
     return DeliveryRun(label, count, seconds, latencies, worker_cpu, services_cpu, endpoint_cpu,
                        (received["requests"] - 1) / span if span > 0 else float("inf"),
-                       load_before, load_after)
+                       load_before, load_after, processes * threads, sampler.peak, sampler.samples)
 
 
 def timings(conn: Connection, tenants: Sequence[BenchTenant]) -> tuple[float, list[float]]:
@@ -644,12 +689,22 @@ def report_throughput(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], threads:
     say()
     say("Figures (rates in messages/s; ratio = deliveries/s over the lower ceiling)")
     say(f"  {'processes x threads':<20} {'deliveries/s':>12} {'no-op/s':>9} {'boto3/s':>9} "
-        f"{'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} {'worker CPU ms/delivery':>23}")
+        f"{'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} {'worker CPU ms/delivery':>23} "
+        f"{'uncertain peak':>14}")
     for run, noop, boto in runs:
         lower = min(noop.rate, boto.rate)
         say(f"  {run.label:<20} {run.rate:>12,.0f} {noop.rate:>9,.0f} {boto.rate:>9,.0f} "
             f"{run.rate / lower:>6.2f} {run.percentile(0.50):>7.1f} {run.percentile(0.99):>7.1f} "
-            f"{run.worker_cpu / run.deliveries * 1000:>23.2f}")
+            f"{run.worker_cpu / run.deliveries * 1000:>23.2f} {run.uncertain_peak:>14}")
+    say()
+    say("Uncertain peak: the most deliveries marked provider-called without an outcome at one")
+    say("sampled instant, what a kill -9 of every worker at that instant would make unknown and")
+    say(f"resend (sampled every {UNCERTAIN_POLL * 1000:.0f} ms; goal: at most the worker threads, "
+        "the calls in flight)")
+    for run, _, _ in runs:
+        say(f"  {run.label}: peak {run.uncertain_peak} over {run.samples:,} samples, "
+            f"{run.worker_threads} worker threads (goal <= {run.worker_threads}: "
+            f"{'met' if run.uncertain_peak <= run.worker_threads else 'NOT met'})")
     say()
     for run, noop, boto in runs:
         lower = min(noop.rate, boto.rate)
@@ -680,12 +735,12 @@ def report_throughput(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], threads:
     say("Markdown for the README:")
     say()
     say("| worker (processes x threads) | deliveries/s | no-op actor/s | bare boto3/s | ratio "
-        "| p50 claim-to-accepted | p99 |")
-    say("|---|---:|---:|---:|---:|---:|---:|")
+        "| p50 claim-to-accepted | p99 | uncertain peak |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|")
     for run, noop, boto in runs:
         say(f"| {run.label} | {run.rate:,.0f} | {noop.rate:,.0f} | {boto.rate:,.0f} | "
             f"{run.rate / min(noop.rate, boto.rate):.2f} | {run.percentile(0.50):.0f} ms | "
-            f"{run.percentile(0.99):.0f} ms |")
+            f"{run.percentile(0.99):.0f} ms | {run.uncertain_peak} |")
 
 
 def report_brokers(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], brokers: Sequence[Broker]) -> None:
@@ -712,6 +767,8 @@ def report_rate(run: DeliveryRun, limit: float) -> bool:
     say(f"  deliveries/s by PostgreSQL (first claim to last acceptance): {run.rate:.2f}; "
         f"p50/p99 claim-to-accepted {run.percentile(0.50):.0f}/{run.percentile(0.99):.0f} ms "
         "(waiting for a send slot included)")
+    say(f"  uncertain peak: {run.uncertain_peak} deliveries provider-called without an outcome "
+        f"({run.samples:,} samples)")
     say(f"  load average {run.load_before} -> {run.load_after}")
     return within
 
@@ -807,6 +864,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint, brokers: Sequence[Broker])
                 for delivered, noop in delivered_noop:
                     runs.append((delivered, noop, boto))
                     goals &= delivered.rate / min(noop.rate, boto.rate) >= GOAL_RATIO
+                    goals &= delivered.uncertain_peak <= delivered.worker_threads
             report_throughput(runs, args.threads)
             if len(brokers) > 1:
                 report_brokers(runs, brokers)
@@ -820,6 +878,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint, brokers: Sequence[Broker])
             limited = run_deliveries(conn, endpoint, label, args.rate_deliveries, args.tenants,
                                      processes, args.threads, args.send_rate)
             goals &= report_rate(limited, args.send_rate)
+            goals &= limited.uncertain_peak <= limited.worker_threads
         return goals
     finally:
         if not args.keep:

@@ -1,14 +1,16 @@
 """Email deliveries: the last-moment eligibility check, the lease-and-token claim, and
 result writes fenced by that token.
 
-One send is three short transactions around the provider call (each may cover several
-deliveries of one tenant: actors/email.py claims up to 20 at once, marks a group of them
-just before their calls, and records their acceptances together):
-  1. claim: lock the due row, re-check eligibility, then one UPDATE to `sending` with a
-     fresh claim_token, a lease and attempts + 1 (or cancel it, with the reason);
-  2. `mark_provider_called`, committed right before the call: from here on a lost answer
-     means "unknown", not "safe to retry";
-  3. the result, written only where the row still carries our token.
+One send is a claim and then, per provider call, one short transaction (actors/email.py
+claims up to 20 deliveries of a tenant at once, then sends them one by one):
+  1. claim: lock the due rows, re-check eligibility, then one UPDATE to `sending` with a
+     fresh claim_token, a lease and attempts + 1 (or cancel, defer or batch, with why);
+  2. `record_step`, committed right before each call: the call marked
+     provider-called (from here on a lost answer means "unknown", not "safe to retry"),
+     together with the previous call's answer; the last answer is recorded alone. Each
+     result is written only where the row still carries our token.
+So a crash leaves at most one delivery per sending thread marked provider-called without
+an outcome: the call in flight, whose answer died with the worker.
 
 The in-flight boundary: a change committed after step 2 (a renewal, a deactivation, an
 opt-out) cannot stop a message already handed to the provider. Everything committed
@@ -24,7 +26,7 @@ from uuid import UUID
 
 from db.digests import digest_email, mark_digest_items_delivered
 from db.preferences import apply_send_check, email_send_checks
-from db.tenancy import TenantTx
+from db.tenancy import Statement, TenantTx, tenant_statements, tenant_tx
 from domain.delivery import WAITING, Status, guard
 
 REENQUEUE_AFTER_SECONDS = 600  # a due delivery enqueued longer ago than this is re-enqueued
@@ -258,83 +260,115 @@ def claim_deliveries(
     return results + list(start_attempts(tx, to_send, lease_seconds, portal_url))
 
 
-def mark_provider_called(tx: TenantTx, claim: ClaimedEmail) -> bool:
-    """Commit, just before the provider call, that the call is about to happen. False if
-    our lease has run out or another worker holds the row now: then do not call."""
-    return claim.delivery_id in mark_providers_called(tx, [claim])
+@dataclass(frozen=True)
+class Answer:
+    """The provider accepted one claim's call."""
+
+    claim: ClaimedEmail
+    provider_message_id: str
+    request_id: str | None
 
 
-def mark_providers_called(tx: TenantTx, claims: list[ClaimedEmail]) -> set[int]:
-    """``mark_provider_called`` for several claims in one statement: the delivery ids whose
-    lease still holds, the only ones to call the provider for."""
-    if not claims:
-        return set()
-    rows = tx.conn.execute(
-        """
-        UPDATE delivery_attempts a SET provider_called_at = now()
-        FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS c(id, token), notification_deliveries d
-        WHERE a.delivery_id = c.id AND a.claim_token = c.token AND a.ended_at IS NULL
-          AND d.id = c.id AND d.claim_token = c.token AND d.status = 'sending'
-          AND d.lease_until > now()
-        RETURNING a.delivery_id
-        """,
-        {"ids": [c.delivery_id for c in claims], "tokens": [c.claim_token for c in claims]},
-    ).fetchall()
-    return {int(str(r[0])) for r in rows}
+@dataclass(frozen=True)
+class Recorded:
+    """What one ``record_step`` did."""
+
+    accepted: set[int]  # the answer's delivery, moved to accepted by it
+    late: set[int]  # the answer recorded on its attempt only: the delivery had moved on (resent)
+    marked: set[int]  # the call's delivery, when it may go ahead (lease held, marked provider-called)
 
 
-def record_accepted(
-    tx: TenantTx, claim: ClaimedEmail, provider_message_id: str, request_id: str | None
-) -> bool:
-    """Record the provider's acceptance; False if another worker has claimed the row since."""
-    return claim.delivery_id in record_acceptances(tx, [(claim, provider_message_id, request_id)])
+def record_step(tx: TenantTx, answer: Answer | None, call: ClaimedEmail | None) -> Recorded:
+    """A sending thread's step between two provider calls: the answer it has just received
+    recorded, and the call it is about to make marked provider-called (committed before it
+    is made); either may be absent (the first call of a message, the last answer).
+    Recording each answer as it comes, never after a message's last call, is what bounds a
+    crash: the deliveries marked provider-called without an outcome are only the calls in
+    flight, at most one per sending thread.
 
+    An answer is the truth about its attempt whenever it arrives. Fenced by the claim
+    token, it moves the delivery to accepted from sending, or from unknown when the sweeper
+    took the delivery over while this worker was frozen or slow (the only move a stale
+    token may make); its attempt records the acceptance even when the delivery has been
+    resent since (both attempts then stand in the history, each with what it got). A
+    delivery claimed again by another worker keeps that worker's claim untouched.
 
-def record_acceptances(
-    tx: TenantTx, accepted: list[tuple[ClaimedEmail, str, str | None]]
-) -> set[int]:
-    """Record the provider's acceptances (claim, provider message id, request id) in one
-    statement: the delivery ids recorded; a row another worker has claimed since is not.
-    A row the sweeper marked unknown while we waited still carries our token: the answer
-    we hold is the truth about it, so it is recorded."""
-    if not accepted:
-        return set()
-    rows = tx.conn.execute(
-        """
-        WITH answer AS (
-            SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(message_ids)s::text[],
-                                 %(request_ids)s::text[]) AS x(id, token, message_id, request_id)
-        ), accepted AS (
-            UPDATE notification_deliveries d
-            SET status = 'accepted', provider_message_id = coalesce(d.provider_message_id, x.message_id),
-                accepted_at = now(), lease_until = NULL, unknown_since = NULL, last_error = NULL,
-                last_error_class = NULL, status_reason = NULL, updated_at = now()
-            FROM answer x
-            WHERE d.id = x.id AND d.claim_token = x.token AND d.status = ANY(%(from)s)
-            RETURNING d.id, d.notification_id
-        ), attempt AS (
-            UPDATE delivery_attempts a
-            SET ended_at = now(), outcome = 'accepted', provider_message_id = x.message_id,
-                provider_request_id = x.request_id, error = NULL, error_class = NULL
-            FROM answer x, accepted
-            WHERE a.delivery_id = x.id AND a.claim_token = x.token AND accepted.id = x.id
-        ), ledger AS (
-            UPDATE notification_ledger l SET delivered_at = coalesce(l.delivered_at, now())
-            FROM notifications n, accepted a
-            WHERE n.id = a.notification_id AND l.id = n.ledger_id
-        )
-        SELECT id FROM accepted
-        """,
-        {"ids": [c.delivery_id for c, _, _ in accepted],
-         "tokens": [c.claim_token for c, _, _ in accepted],
-         "message_ids": [m for _, m, _ in accepted], "request_ids": [r for _, _, r in accepted],
-         "from": _TO_ACCEPTED},
-    ).fetchall()
-    recorded = {int(str(r[0])) for r in rows}
-    for claim, _, _ in accepted:
-        if claim.digest_id is not None and claim.delivery_id in recorded:
-            mark_digest_items_delivered(tx, claim.digest_id)
+    A call is marked only where the delivery is still ours (token, sending) and its lease
+    holds."""
+    recorded = _recorded([tx.conn.execute(query, params).fetchall()
+                          for query, params in _step_statements(answer, call)])
+    if answer is not None and answer.claim.digest_id is not None and recorded.accepted:
+        mark_digest_items_delivered(tx, answer.claim.digest_id)
     return recorded
+
+
+def record_step_at_once(slug: str, answer: Answer | None, call: ClaimedEmail | None) -> Recorded:
+    """``record_step`` in a transaction of its own, in one round trip to PostgreSQL
+    (db/tenancy.py tenant_statements): a step is taken once per provider call, and costs
+    no more than its statements. A digest's answer also marks the digest's items, so it
+    takes a tenant_tx of its own."""
+    if answer is not None and answer.claim.digest_id is not None:
+        with tenant_tx(slug) as tx:
+            return record_step(tx, answer, call)
+    return _recorded(tenant_statements(slug, _step_statements(answer, call)))
+
+
+# One statement per part, run only when the step has it, each with scalar parameters: every
+# run of a statement opens and locks each table and index it names, and a plan kept for an
+# array of ids may scan a whole table where one id reads one row by its key.
+_ACCEPT = f"""
+    WITH accepted AS (
+        UPDATE notification_deliveries d
+        SET status = 'accepted', provider_message_id = coalesce(d.provider_message_id, %(message_id)s),
+            accepted_at = now(), lease_until = NULL, unknown_since = NULL, last_error = NULL,
+            last_error_class = NULL, status_reason = NULL, updated_at = now()
+        WHERE d.id = %(id)s AND d.claim_token = %(token)s
+          AND d.status IN ({", ".join(f"'{s}'" for s in _TO_ACCEPTED)})
+        RETURNING d.id, d.notification_id
+    ), attempt AS (
+        UPDATE delivery_attempts a
+        SET ended_at = now(), outcome = 'accepted', provider_message_id = %(message_id)s,
+            provider_request_id = %(request_id)s, error = NULL, error_class = NULL
+        WHERE a.delivery_id = %(id)s AND a.claim_token = %(token)s
+          AND (a.ended_at IS NULL OR a.outcome = 'unknown')
+        RETURNING a.delivery_id
+    ), ledger AS (
+        UPDATE notification_ledger l SET delivered_at = coalesce(l.delivered_at, now())
+        FROM notifications n, accepted a
+        WHERE n.id = a.notification_id AND l.id = n.ledger_id
+    )
+    SELECT 'accepted', id FROM accepted
+    UNION ALL SELECT 'answered', delivery_id FROM attempt
+"""
+
+# The delivery read by its key alone (a scalar subquery): given the lease condition too,
+# the planner may scan the index of every leased delivery for each mark.
+_MARK = """
+    UPDATE delivery_attempts a SET provider_called_at = now()
+    WHERE a.delivery_id = %(id)s AND a.claim_token = %(token)s AND a.ended_at IS NULL
+      AND (SELECT d.claim_token = %(token)s AND d.status = 'sending' AND d.lease_until > now()
+           FROM notification_deliveries d WHERE d.id = %(id)s)
+    RETURNING 'marked', a.delivery_id
+"""
+
+
+def _step_statements(answer: Answer | None, call: ClaimedEmail | None) -> list[Statement]:
+    statements: list[Statement] = []
+    if answer is not None:
+        statements.append((_ACCEPT, {"id": answer.claim.delivery_id, "token": answer.claim.claim_token,
+                                     "message_id": answer.provider_message_id,
+                                     "request_id": answer.request_id}))
+    if call is not None:
+        statements.append((_MARK, {"id": call.delivery_id, "token": call.claim_token}))
+    return statements
+
+
+def _recorded(results: list[list[tuple[object, ...]]]) -> Recorded:
+    found: dict[str, set[int]] = {"accepted": set(), "answered": set(), "marked": set()}
+    for rows in results:
+        for kind, delivery_id in rows:
+            found[str(kind)].add(int(str(delivery_id)))
+    return Recorded(found["accepted"], found["answered"] - found["accepted"], found["marked"])
 
 
 def record_failure(
@@ -386,7 +420,8 @@ def record_unknown(tx: TenantTx, claim: ClaimedEmail, error: str) -> bool:
             RETURNING id
         )
         UPDATE delivery_attempts
-        SET ended_at = now(), outcome = 'unknown', error_class = 'uncertain', error = %(error)s
+        SET ended_at = now(), outcome = 'unknown', unknown_at = now(), error_class = 'uncertain',
+            error = %(error)s
         WHERE delivery_id = %(id)s AND claim_token = %(token)s AND ended_at IS NULL
           AND EXISTS (SELECT 1 FROM updated)
         RETURNING id

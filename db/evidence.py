@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from psycopg.rows import class_row
 
+from db.recovery import HELD_REASON
 from db.tenancy import TenantTx
 from domain.errors import InvalidInput
 
@@ -216,6 +217,10 @@ class Attempt:
     ended_at: datetime | None
     outcome: str | None
     error: str | None
+    unknown_at: datetime | None  # its outcome was unknown from then (accepted later: a late answer)
+    decision: str | None  # a person's decision after its unknown outcome: send_again, mark_delivered
+    decided_by: str | None
+    decided_at: datetime | None
 
 
 def attempts_for(tx: TenantTx, ledger_ids: list[int]) -> dict[int, list[Attempt]]:
@@ -227,11 +232,19 @@ def attempts_for(tx: TenantTx, ledger_ids: list[int]) -> dict[int, list[Attempt]
             """
             SELECT n.ledger_id, d.id AS delivery_id, u.email AS recipient, d.channel,
                    d.status AS delivery_status, a.attempt_no, a.started_at, a.ended_at,
-                   a.outcome, coalesce(a.error, CASE WHEN a.id IS NULL THEN d.last_error END) AS error
+                   a.outcome, coalesce(a.error, CASE WHEN a.id IS NULL THEN d.last_error END) AS error,
+                   a.unknown_at, r.decision, r.decided_by, r.decided_at
             FROM notifications n
             JOIN notification_deliveries d ON d.notification_id = n.id
             JOIN users u ON u.id = n.recipient_user_id
             LEFT JOIN delivery_attempts a ON a.delivery_id = d.id
+            LEFT JOIN LATERAL (
+                SELECT r.decision, who.email AS decided_by,
+                       r.decided_at
+                FROM delivery_reviews r JOIN users who ON who.id = r.decided_by
+                WHERE r.delivery_id = d.id AND r.attempt_no = a.attempt_no
+                ORDER BY r.id DESC LIMIT 1
+            ) r ON true
             WHERE n.ledger_id = ANY(%s)
             ORDER BY n.ledger_id, d.id, a.attempt_no
             """,
@@ -299,24 +312,30 @@ class TroubledDelivery:
     attempts: int
     last_error: str | None
     updated_at: datetime
+    held: bool  # unknown and waiting for a person's decision (the tenant's policy is hold)
 
 
 def troubled_deliveries(tx: TenantTx, limit: int = 200) -> list[TroubledDelivery]:
     """Deliveries that ended badly (failed, bounced, complained) or whose outcome is unknown,
-    newest first, with the last error."""
+    those held for a person's decision first, then newest first, with the last error. A
+    digest is listed under its own title."""
     with tx.conn.cursor(row_factory=class_row(TroubledDelivery)) as cursor:
         return cursor.execute(
             """
-            SELECT d.id AS delivery_id, n.ledger_id, n.title, u.email AS recipient, d.channel,
-                   d.status, d.attempts, d.last_error, d.updated_at
+            SELECT d.id AS delivery_id, coalesce(n.ledger_id, g.ledger_id) AS ledger_id,
+                   coalesce(n.title, initcap(g.period) || ' digest of '
+                                     || to_char(g.period_date, 'YYYY-MM-DD')) AS title,
+                   u.email AS recipient, d.channel, d.status, d.attempts, d.last_error, d.updated_at,
+                   d.status = 'unknown' AND d.status_reason = %s AS held
             FROM notification_deliveries d
-            JOIN notifications n ON n.id = d.notification_id
-            JOIN users u ON u.id = n.recipient_user_id
+            LEFT JOIN notifications n ON n.id = d.notification_id
+            LEFT JOIN digests g ON g.id = d.digest_id
+            JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
             WHERE d.status IN ('failed', 'unknown', 'bounced', 'complained')
-            ORDER BY d.updated_at DESC, d.id DESC
+            ORDER BY held DESC, d.updated_at DESC, d.id DESC
             LIMIT %s
             """,
-            [limit],
+            [HELD_REASON, limit],
         ).fetchall()
 
 

@@ -182,18 +182,22 @@ def close_pool() -> None:
             _pool = None
 
 
-def retrying(write: Callable[[], T], attempts: int = 3) -> T:
+def retrying(write: Callable[[], T], attempts: int = 3, patience: float = 0.0) -> T:
     """Run a self-contained transaction again when its connection broke (a restarted
     server, a terminated backend). Only for writes whose outcome must not be lost, such as
-    a provider's answer; each run is one whole transaction, so a retry never half-applies."""
-    for attempt in range(1, attempts + 1):
+    a provider's answer; each run is one whole transaction, so a retry never half-applies.
+    ``patience``: keep trying for this many seconds (at least ``attempts`` times), for a
+    write worth waiting out a restart of PostgreSQL for."""
+    deadline = time.monotonic() + patience
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return write()
         except psycopg.OperationalError:
-            if attempt == attempts:
+            if attempt >= attempts and time.monotonic() >= deadline:
                 raise
-            time.sleep(0.2 * attempt)
-    raise AssertionError("unreachable")
+            time.sleep(min(0.2 * attempt, 2.0))
 
 
 @contextmanager

@@ -12,6 +12,10 @@ from db.digests import mark_digest_items_delivered
 from db.tenancy import TenantTx
 from domain.delivery import MAX_ATTEMPTS, UnknownPolicy
 
+# Why a delivery whose outcome is unknown waits for a person (the tenant's policy is hold):
+# Needs attention lists it with two decisions (db/delivery_reviews.py).
+HELD_REASON = "held for review: no provider event arrived after an unknown outcome"
+
 
 @dataclass(frozen=True)
 class LeaseReport:
@@ -50,6 +54,7 @@ def expire_leases(tx: TenantTx) -> LeaseReport:
         ), ended AS (
             UPDATE delivery_attempts a
             SET ended_at = now(), outcome = CASE WHEN e.called THEN 'unknown' ELSE 'abandoned' END,
+                unknown_at = CASE WHEN e.called THEN now() END,
                 error_class = CASE WHEN e.called THEN 'uncertain' ELSE 'transient' END,
                 error = 'lease expired before the outcome was recorded'
             FROM expired e
@@ -119,8 +124,7 @@ def reconcile_unknown(tx: TenantTx, window_seconds: int, policy: UnknownPolicy) 
     held = tx.conn.execute(
         """
         UPDATE notification_deliveries
-        SET status_reason = 'held for review: no provider event arrived after an unknown outcome',
-            updated_at = now()
+        SET status_reason = %s, updated_at = now()
         WHERE id IN (
             SELECT id FROM notification_deliveries
             WHERE status = 'unknown' AND status_reason IS NULL
@@ -129,6 +133,6 @@ def reconcile_unknown(tx: TenantTx, window_seconds: int, policy: UnknownPolicy) 
         )
         RETURNING id
         """,
-        [window_seconds],
+        [HELD_REASON, window_seconds],
     ).fetchall()
     return ReconcileReport(len(confirmed), 0, len(held))

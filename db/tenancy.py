@@ -231,6 +231,47 @@ def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False)
         _run_after_commit(tx)
 
 
+# tenant_statement's scoping: the tenant's schema as the transaction's search_path, or a
+# schema that cannot exist when the slug names no tenant, so that the statement after it
+# fails on its first table instead of reading or writing anywhere else.
+# One plan kept per statement (plan_cache_mode, as tenant_tx's generic_plans): a hot path's
+# statement planned afresh at every run costs more than running it.
+_SCOPE_TO_TENANT = (
+    "SELECT set_config('search_path', coalesce((SELECT schema_name || ', public' "
+    "FROM control.tenants WHERE slug = %s), 'no tenant by that slug'), true), "
+    "set_config('plan_cache_mode', 'force_generic_plan', true)")
+
+
+Statement = tuple[str, dict[str, object]]  # an SQL text and its parameters
+
+
+def tenant_statements(slug: str, statements: list[Statement]) -> list[list[tuple[object, ...]]]:
+    """A few statements in a tenant transaction of their own, sent with its BEGIN, its
+    scoping to the tenant's schema and its COMMIT in one round trip (tenant_tx takes
+    three): for statements a hot path runs once per provider call. Each statement's rows;
+    NotFound when the slug names no tenant (nothing was written). No after-commit work:
+    statements that need some belong in tenant_tx."""
+    with connection() as conn:
+        try:
+            set_statement_scope(conn, schema_for(slug))
+            with not_migrated_is_an_error(), conn.pipeline():
+                conn.execute("BEGIN")
+                scoped = conn.execute(_SCOPE_TO_TENANT, [slug])
+                results = [conn.execute(query, params) for query, params in statements]
+                conn.execute("COMMIT")
+        except psycopg.errors.UndefinedTable:
+            found = scoped.fetchone()
+            if found is not None and str(found[0]).startswith("no tenant"):
+                raise NotFound(f"unknown tenant {slug!r}") from None
+            raise
+        finally:
+            set_statement_scope(conn, None)
+            if conn.info.transaction_status in (psycopg.pq.TransactionStatus.INTRANS,
+                                                psycopg.pq.TransactionStatus.INERROR):
+                conn.execute("ROLLBACK")
+        return [result.fetchall() if result.description else [] for result in results]
+
+
 @contextmanager
 def tenant_read_tx(conn: Connection, slug: str) -> Iterator[TenantTx]:
     """A read-only transaction scoped to one tenant on a connection the caller holds (the

@@ -46,6 +46,7 @@ from portal.routes import (
     rule_builder,
     rule_dry_run,
     rules,
+    tenant_settings,
     unsubscribe,
 )
 from portal.sessions import STORE, SessionStore, session_config
@@ -136,6 +137,7 @@ def create_app(
             members.members, members.invite, members.change_role, members.deactivate_member,
             members.invitation_page, members.join,
             evidence.ledger, evidence.ledger_csv, evidence.needs_attention,
+            evidence.send_again, evidence.mark_delivered, *tenant_settings.ROUTES,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
+from domain.delivery import UnknownPolicy
 from domain.errors import TocsinError
 from domain.identity import (
     parse_date,
@@ -123,6 +124,25 @@ def cmd_tenant_list(args: argparse.Namespace) -> None:
     _out(f"{'SLUG':<20} {'ZONE':<22} {'STATUS':<10} NAME")
     for t in tenants:
         _out(f"{t.slug:<20} {t.time_zone:<22} {t.status:<10} {t.name}")
+
+
+UNKNOWN_OUTCOME_TRADE_OFF = {
+    "resend": "an email whose outcome is unknown is sent again (same Message-ID) when no provider "
+              "event settles it: nobody misses a reminder; a recipient may get it twice",
+    "hold": "an email whose outcome is unknown waits on Needs attention for an administrator "
+            "(send again, or mark as delivered): no duplicate; the reminder waits for a person",
+}
+
+
+def cmd_tenant_unknown_outcome(args: argparse.Namespace) -> None:
+    from db.tenancy import get_tenant, set_unknown_outcome_policy
+
+    slug = valid_slug(args.slug)
+    if args.policy is not None:
+        set_unknown_outcome_policy(slug, args.policy)
+    policy = get_tenant(slug).unknown_outcome_policy
+    _out(f"{slug}: unknown outcomes: {policy}{' (changed)' if args.policy else ''}")
+    _out(f"  {UNKNOWN_OUTCOME_TRADE_OFF[policy]}")
 
 
 def cmd_client_create(args: argparse.Namespace) -> None:
@@ -398,6 +418,12 @@ def build_parser() -> Parser:
     p.add_argument("--name", required=True)
     p.add_argument("--tz", required=True, help="default IANA time zone, e.g. Europe/London")
     command("list", cmd_tenant_list, "list tenants", tenant_sub)
+    p = command("unknown-outcome", cmd_tenant_unknown_outcome,
+                "show or set what happens to an email whose outcome is unknown: resend it "
+                "(default) or hold it for an administrator", tenant_sub)
+    p.add_argument("slug")
+    p.add_argument("policy", nargs="?", choices=[policy.value for policy in UnknownPolicy],
+                   help="resend: sent again with the same Message-ID; hold: waits on Needs attention")
 
     client = sub.add_parser("client", help="create client organisations")
     client_sub = client.add_subparsers(dest="client_command", required=True, parser_class=Parser)

@@ -7,11 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from litestar import Request, get
+from litestar import Request, get, post
 from litestar.di import NamedDependency, Provide
-from litestar.params import QueryParameter
-from litestar.response import Stream, Template
+from litestar.params import FromPath, QueryParameter
+from litestar.response import Redirect, Stream, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER
 
+from db.delivery_reviews import Decision, decide_held_delivery, reviews_of
 from db.evidence import (
     LedgerCursor,
     LedgerFilter,
@@ -28,7 +30,7 @@ from db.inbox import unread_count
 from db.rules import list_rules
 from db.runs import last_runs
 from db.tenancy import tenant_tx
-from domain.errors import InvalidInput, NotFound
+from domain.errors import Conflict, InvalidInput, NotFound
 from domain.identity import parse_date, parse_whole_number
 from portal.auth import CurrentViewer, Viewer
 from portal.downloads import csv_download, download_time_limit
@@ -122,18 +124,53 @@ def ledger_csv(
                         lambda tx: csv_lines(iter_ledger(tx, filters)))
 
 
+# What the attention page says after a decision on a held delivery (its ?done= value).
+DECIDED = {
+    "sent-again": "Sent again: the email goes out once more, with the same Message-ID.",
+    "marked-delivered": "Marked as delivered: nothing more is sent.",
+    "already-decided": "Someone else decided about that delivery first (or an event from the email "
+                       "provider settled it); see its status below.",
+}
+
+
 @get("/ledger/attention", sync_to_thread=True)
-def needs_attention(viewer: CurrentViewer, request: Request[Any, Any, Any]) -> Template:
+def needs_attention(
+    viewer: CurrentViewer, request: Request[Any, Any, Any],
+    done: Annotated[str | None, QueryParameter(max_length=20)] = None,
+) -> Template:
     _admin(viewer)
     settings: Settings = request.app.state.settings
     with tenant_tx(viewer.tenant.slug) as tx:
         stuck = stuck_claims(tx)
         troubled = troubled_deliveries(tx)
+        reviews = reviews_of(tx, [d.delivery_id for d in troubled])
         unprepared = failed_preparations(tx)
         unread = unread_count(tx, viewer.user.id)
         liveness = tenant_liveness(last_runs(tx), settings.sweep_interval_seconds)
     return Template(
         "attention.html",
         context={"viewer": viewer, "unread": unread, "section": "evidence", "stuck": stuck,
-                 "troubled": troubled, "unprepared": unprepared, "liveness": liveness},
+                 "troubled": troubled, "reviews": reviews, "unprepared": unprepared,
+                 "liveness": liveness, "notice": DECIDED.get(done or ""),
+                 "policy": viewer.tenant.unknown_outcome_policy},
     )
+
+
+def _decide(viewer: Viewer, delivery_id: int, decision: Decision, done: str) -> Redirect:
+    _admin(viewer)
+    try:
+        with tenant_tx(viewer.tenant.slug) as tx:  # a resend is handed to the workers on commit
+            decide_held_delivery(tx, delivery_id, decision, viewer.user.id)
+    except Conflict:
+        done = "already-decided"
+    return Redirect(f"/ledger/attention?done={done}#failed-title", status_code=HTTP_303_SEE_OTHER)
+
+
+@post("/ledger/attention/deliveries/{delivery_id:int}/send-again", sync_to_thread=True)
+def send_again(viewer: CurrentViewer, delivery_id: FromPath[int]) -> Redirect:
+    return _decide(viewer, delivery_id, Decision.SEND_AGAIN, "sent-again")
+
+
+@post("/ledger/attention/deliveries/{delivery_id:int}/mark-delivered", sync_to_thread=True)
+def mark_delivered(viewer: CurrentViewer, delivery_id: FromPath[int]) -> Redirect:
+    return _decide(viewer, delivery_id, Decision.MARK_DELIVERED, "marked-delivered")

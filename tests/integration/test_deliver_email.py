@@ -11,7 +11,7 @@ import pytest
 from actors.email import deliver_email
 from actors.scan import run_scan
 from actors.ses import Accepted, Mailer, OutgoingEmail, ProviderError, SesMailer, set_mailer
-from db.deliveries import ClaimedEmail, claim_delivery, record_accepted
+from db.deliveries import Answer, ClaimedEmail, claim_delivery, record_step
 from db.tenancy import Tenant, tenant_tx
 from domain.delivery import ErrorClass
 from tests.integration.builders import add_client, ledger, scalar
@@ -95,7 +95,7 @@ def test_the_same_message_delivered_three_times_sends_once(
     assert scalar(tenant, "SELECT attempts FROM notification_deliveries") == 1
 
 
-def test_a_stale_workers_late_result_write_changes_nothing(
+def test_a_stale_workers_late_answer_is_recorded_on_its_own_attempt_and_leaves_the_new_claim_alone(
     tenant: Tenant, ses: SesOutbox
 ) -> None:
     delivery_id = _one_pending_delivery(tenant)
@@ -109,10 +109,18 @@ def test_a_stale_workers_late_result_write_changes_nothing(
         fresh = claim_delivery(tx, delivery_id, lease_seconds=60)
     assert isinstance(fresh, ClaimedEmail) and fresh.claim_token != stale.claim_token
     with tenant_tx(tenant.slug) as tx:
-        assert record_accepted(tx, stale, "stale-provider-id", None) is False
-        assert record_accepted(tx, fresh, "fresh-provider-id", None) is True
+        late = record_step(tx, Answer(stale, "stale-provider-id", None), None)
+        assert late.accepted == set() and late.late == {delivery_id}
+        current = record_step(tx, Answer(fresh, "fresh-provider-id", None), None)
+        assert current.accepted == {delivery_id} and current.late == set()
     assert scalar(tenant, "SELECT provider_message_id FROM notification_deliveries") == \
         "fresh-provider-id"
+    # Both attempts stand in the history, each with the answer it got.
+    with tenant_tx(tenant.slug) as tx:
+        attempts = tx.conn.execute(
+            "SELECT attempt_no, outcome, provider_message_id FROM delivery_attempts "
+            "ORDER BY attempt_no").fetchall()
+    assert attempts == [(1, "accepted", "stale-provider-id"), (2, "accepted", "fresh-provider-id")]
 
 
 def test_a_transient_failure_is_recorded_and_left_pending_for_a_later_retry(

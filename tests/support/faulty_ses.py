@@ -5,12 +5,14 @@ through a policy that can fail them (an HTTP 503 before forwarding: nothing sent
 them for good (SES's 400 MessageRejected, nothing sent), or drop
 the answer (forwarded, accepted by SES, then the connection closed without a response:
 the sender cannot know), or hold the answer (forwarded and accepted, the response kept back
-until ``release()``, so a test can kill or cut off the sender at a known point). Every
-SendEmail is logged with its arrival time and fate.
+until ``release()`` or ``answer_held()``, so a test can kill, freeze or cut off the sender
+at a known point and know exactly which calls were in flight). Every SendEmail is logged
+with its arrival time, its fate and the delivery it carries (its SES tags).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.error
@@ -24,10 +26,13 @@ Fate = Literal["pass", "fail", "reject", "drop", "hold"]
 SEND_PATH = "/v2/email/outbound-emails"
 
 
-@dataclass(frozen=True)
+@dataclass
 class SendRecord:
     at: float  # time.monotonic() when the request arrived
     fate: Fate
+    tenant: str | None = None  # the `tenant` and `delivery` SES tags of the message
+    delivery: int | None = None
+    answered: bool = False  # the response has been written back (or the request was refused)
 
 
 class FaultySes:
@@ -37,7 +42,8 @@ class FaultySes:
         self.policy = policy  # called with the 1-based number of the SendEmail request
         self.delay = delay  # seconds each SendEmail takes before it is forwarded
         self.sends: list[SendRecord] = []
-        self.released = threading.Event()
+        self.released = threading.Event()  # set: nothing is held any more
+        self._held = threading.Event()  # set to answer the sends held until now
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -59,16 +65,39 @@ class FaultySes:
     def release(self) -> None:
         """Answer every held send, and stop holding."""
         self.released.set()
+        self.answer_held()
+
+    def answer_held(self) -> None:
+        """Answer the sends held now; sends arriving later are held again if the policy says
+        so."""
+        with self._lock:
+            held, self._held = self._held, threading.Event()
+        held.set()
 
     def count(self, fate: Fate | None = None) -> int:
         with self._lock:
             return sum(1 for s in self.sends if fate is None or s.fate == fate)
 
-    def _fate(self) -> Fate:
+    def held_now(self, tenant: str) -> set[int]:
+        """This tenant's deliveries whose call SES has accepted and whose answer is held:
+        the calls in flight, exactly."""
         with self._lock:
-            fate = self.policy(len(self.sends) + 1)
-            self.sends.append(SendRecord(time.monotonic(), fate))
-            return fate
+            return {s.delivery for s in self.sends if s.fate == "hold" and not s.answered
+                    and s.tenant == tenant and s.delivery is not None}
+
+    def _fate(self, body: bytes | None) -> SendRecord:
+        tags = {t.get("Name"): t.get("Value") for t in json.loads(body or b"{}").get("EmailTags", [])}
+        delivery = tags.get("delivery")
+        with self._lock:
+            record = SendRecord(time.monotonic(), self.policy(len(self.sends) + 1), tags.get("tenant"),
+                                int(delivery) if delivery else None)
+            self.sends.append(record)
+            return record
+
+    def _answered(self, record: SendRecord | None) -> None:
+        if record is not None:
+            with self._lock:
+                record.answered = True
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
@@ -94,8 +123,10 @@ class FaultySes:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 fate: Fate = "pass"
+                record = None
                 if self.command == "POST" and self.path.startswith(SEND_PATH):
-                    fate = outer._fate()
+                    record = outer._fate(body)
+                    fate = record.fate
                     if outer.delay:
                         time.sleep(outer.delay)
                 if fate in ("fail", "reject"):
@@ -109,13 +140,16 @@ class FaultySes:
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
+                    outer._answered(record)
                     return
                 status, headers, payload = self._forward(body)
                 if fate == "drop":  # SES has it; the sender never hears
                     self.close_connection = True
                     return
-                if fate == "hold":
-                    outer.released.wait(60)
+                if fate == "hold" and not outer.released.is_set():
+                    with outer._lock:
+                        held = outer._held
+                    held.wait(600)
                 self.send_response(status)
                 for name, value in headers:
                     if name.lower() not in ("content-length", "transfer-encoding", "connection",
@@ -123,7 +157,11 @@ class FaultySes:
                         self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.wfile.write(payload)
+                    self.wfile.flush()
+                finally:
+                    outer._answered(record)
 
             do_GET = do_POST = do_PUT = do_DELETE = _handle
 
