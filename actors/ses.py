@@ -77,6 +77,11 @@ class SesMailer:
         self._client: SESV2Client = aws_client(settings, "sesv2")  # type: ignore[assignment]
         self._from = settings.mail_from
         self._composer = MessageComposer(settings.mail_from)
+        # Named on every send when set: its event destination is what settles an unknown
+        # outcome as accepted instead of resending it.
+        self._configuration_set: dict[str, str] = {}
+        if settings.ses_configuration_set:
+            self._configuration_set["ConfigurationSetName"] = settings.ses_configuration_set
 
     def compose(self, email: OutgoingEmail) -> bytes:
         return self._composer.compose(email)
@@ -88,6 +93,7 @@ class SesMailer:
                 Destination={"ToAddresses": [email.to]},
                 Content={"Raw": {"Data": self.compose(email)}},
                 EmailTags=[{"Name": k, "Value": v} for k, v in email.tags.items()],
+                **self._configuration_set,  # type: ignore[arg-type]
             )
         except ClientError as error:
             info = error.response.get("Error", {})

@@ -45,6 +45,9 @@ class Settings:
     home: Path  # where embedded services keep their data
     db_pool_max: int
     ses_max_send_rate: float = 14.0  # emails per second, across every worker
+    # The SES configuration set every email is sent with (its event destination publishes the
+    # Send, Delivery, Bounce and Complaint events to /hooks/ses); unset: the identity's default.
+    ses_configuration_set: str | None = None
     sweep_interval_seconds: int = 60  # seconds between two sweeps
     reconcile_window_seconds: int = 15 * 60  # wait for a provider event before resending
     stuck_grace_seconds: int = 30 * 60  # a claim notifying nobody this long is stuck
@@ -249,6 +252,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         home=Path(env.get("TOCSIN_HOME", ".tocsin")).resolve(),
         db_pool_max=env_int(env, "DB_POOL_MAX", 10),
         ses_max_send_rate=env_float(env, "SES_MAX_SEND_RATE", 14.0),
+        ses_configuration_set=env.get("SES_CONFIGURATION_SET") or None,
         sweep_interval_seconds=env_int(env, "SWEEP_INTERVAL_SECONDS", 60),
         reconcile_window_seconds=env_int(env, "RECONCILE_WINDOW_SECONDS", 15 * 60, minimum=0),
         stuck_grace_seconds=env_int(env, "STUCK_GRACE_SECONDS", 30 * 60, minimum=0),

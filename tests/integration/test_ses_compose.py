@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import email.policy
 import re
+from dataclasses import replace
 from email.headerregistry import HeaderRegistry
 
 import pytest
 
 import actors.mime_message as mime_message
 from actors.mime_message import MessageComposer
-from actors.ses import OutgoingEmail, SesMailer
+from actors.ses import OutgoingEmail, SesMailer, aws_client
+from tests.integration.conftest import SesOutbox
+from tests.support.faulty_ses import FaultySes
 from tocsin.config import load_settings
 
 CASES = [
@@ -47,3 +50,16 @@ def test_each_header_class_is_built_once() -> None:
     assert isinstance(registry, HeaderRegistry)
     assert registry["Subject"] is registry["subject"]
     assert registry["To"] is not registry["Subject"]
+
+
+def test_every_send_names_the_configured_ses_configuration_set(ses: SesOutbox) -> None:
+    """The configuration set's event destination is what lets an SES event settle an unknown
+    outcome instead of a resend: it must be named on every send once it is set."""
+    settings = replace(load_settings(), ses_configuration_set="tocsin-events")
+    aws_client(settings, "sesv2").create_configuration_set(ConfigurationSetName="tocsin-events")
+    with FaultySes(ses.endpoint) as proxy:
+        mailer = SesMailer(replace(settings, ses_endpoint_url=proxy.url))
+        mailer.send(CASES[0])
+        SesMailer(replace(load_settings(), ses_endpoint_url=proxy.url)).send(CASES[0])
+    assert [s.configuration_set for s in proxy.sends] == ["tocsin-events", None]
+    assert len(ses.sent()) == 2

@@ -33,6 +33,7 @@ class SendRecord:
     tenant: str | None = None  # the `tenant` and `delivery` SES tags of the message
     delivery: int | None = None
     answered: bool = False  # the response has been written back (or the request was refused)
+    configuration_set: str | None = None  # the ConfigurationSetName the request named
 
 
 class FaultySes:
@@ -86,11 +87,13 @@ class FaultySes:
                     and s.tenant == tenant and s.delivery is not None}
 
     def _fate(self, body: bytes | None) -> SendRecord:
-        tags = {t.get("Name"): t.get("Value") for t in json.loads(body or b"{}").get("EmailTags", [])}
+        request = json.loads(body or b"{}")
+        tags = {t.get("Name"): t.get("Value") for t in request.get("EmailTags", [])}
         delivery = tags.get("delivery")
         with self._lock:
             record = SendRecord(time.monotonic(), self.policy(len(self.sends) + 1), tags.get("tenant"),
-                                int(delivery) if delivery else None)
+                                int(delivery) if delivery else None,
+                                configuration_set=request.get("ConfigurationSetName"))
             self.sends.append(record)
             return record
 
