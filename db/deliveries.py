@@ -313,10 +313,12 @@ def record_step_at_once(slug: str, answer: Answer | None, call: ClaimedEmail | N
     return _recorded(tenant_statements(slug, _step_statements(answer, call)))
 
 
-# One statement per part, run only when the step has it, each with scalar parameters: every
-# run of a statement opens and locks each table and index it names, and a plan kept for an
-# array of ids may scan a whole table where one id reads one row by its key.
-_ACCEPT = f"""
+# One statement with scalar parameters (NULL for the part a step does not have): a step is
+# taken once per provider call, each statement's run opens and locks every table and index it
+# names, and a plan kept for an array of ids may scan a whole table where one id reads one
+# row by its key. The delivery of the call is read by its key alone (a scalar subquery):
+# given the lease condition too, the planner may scan the index of every leased delivery.
+_STEP = f"""
     WITH accepted AS (
         UPDATE notification_deliveries d
         SET status = 'accepted', provider_message_id = coalesce(d.provider_message_id, %(message_id)s),
@@ -333,34 +335,30 @@ _ACCEPT = f"""
           AND (a.ended_at IS NULL OR a.outcome = 'unknown')
         RETURNING a.delivery_id
     ), ledger AS (
-        UPDATE notification_ledger l SET delivered_at = coalesce(l.delivered_at, now())
+        UPDATE notification_ledger l SET delivered_at = now()
         FROM notifications n, accepted a
-        WHERE n.id = a.notification_id AND l.id = n.ledger_id
+        WHERE n.id = a.notification_id AND l.id = n.ledger_id AND l.delivered_at IS NULL
+    ), marked AS (
+        UPDATE delivery_attempts a SET provider_called_at = now()
+        WHERE a.delivery_id = %(call_id)s AND a.claim_token = %(call_token)s AND a.ended_at IS NULL
+          AND (SELECT d.claim_token = %(call_token)s AND d.status = 'sending' AND d.lease_until > now()
+               FROM notification_deliveries d WHERE d.id = %(call_id)s)
+        RETURNING a.delivery_id
     )
     SELECT 'accepted', id FROM accepted
     UNION ALL SELECT 'answered', delivery_id FROM attempt
-"""
-
-# The delivery read by its key alone (a scalar subquery): given the lease condition too,
-# the planner may scan the index of every leased delivery for each mark.
-_MARK = """
-    UPDATE delivery_attempts a SET provider_called_at = now()
-    WHERE a.delivery_id = %(id)s AND a.claim_token = %(token)s AND a.ended_at IS NULL
-      AND (SELECT d.claim_token = %(token)s AND d.status = 'sending' AND d.lease_until > now()
-           FROM notification_deliveries d WHERE d.id = %(id)s)
-    RETURNING 'marked', a.delivery_id
+    UNION ALL SELECT 'marked', delivery_id FROM marked
 """
 
 
 def _step_statements(answer: Answer | None, call: ClaimedEmail | None) -> list[Statement]:
-    statements: list[Statement] = []
-    if answer is not None:
-        statements.append((_ACCEPT, {"id": answer.claim.delivery_id, "token": answer.claim.claim_token,
-                                     "message_id": answer.provider_message_id,
-                                     "request_id": answer.request_id}))
-    if call is not None:
-        statements.append((_MARK, {"id": call.delivery_id, "token": call.claim_token}))
-    return statements
+    return [(_STEP, {
+        "id": answer.claim.delivery_id if answer else None,
+        "token": answer.claim.claim_token if answer else None,
+        "message_id": answer.provider_message_id if answer else None,
+        "request_id": answer.request_id if answer else None,
+        "call_id": call.delivery_id if call else None, "call_token": call.claim_token if call else None,
+    })]
 
 
 def _recorded(results: list[list[tuple[object, ...]]]) -> Recorded:
