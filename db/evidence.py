@@ -335,8 +335,8 @@ class FailedPreparation:
 
 
 def failed_preparations(tx: TenantTx, limit: int = 200) -> list[FailedPreparation]:
-    """Rule notices whose preparation failed every allowed attempt (a template refused, a
-    recipient that could not be resolved), newest first, with the last error: nobody was
+    """Rule notices whose preparation failed every allowed attempt (a recipient that could
+    not be resolved, malformed actions), newest first, with the last error: nobody was
     told, and nothing will try again until an admin fixes the rule."""
     with tx.conn.cursor(row_factory=class_row(FailedPreparation)) as cursor:
         return cursor.execute(
@@ -351,6 +351,41 @@ def failed_preparations(tx: TenantTx, limit: int = 200) -> list[FailedPreparatio
             JOIN subjects s ON s.id = l.subject_id
             WHERE l.prepare_failed_at IS NOT NULL AND l.prepared_at IS NULL
             ORDER BY l.prepare_failed_at DESC, l.id DESC
+            LIMIT %s
+            """,
+            [limit],
+        ).fetchall()
+
+
+@dataclass(frozen=True)
+class DefaultedNotice:
+    ledger_id: int
+    rule_id: int
+    rule_name: str
+    rule_version: int
+    subject_id: int
+    subject_title: str
+    subject_ref: str  # product · kind external_id
+    error: str  # which template was refused, and why
+    prepared_at: datetime
+
+
+def defaulted_notices(tx: TenantTx, limit: int = 200) -> list[DefaultedNotice]:
+    """Rule notices sent with the default template because the rule's own was refused for
+    them (a sandbox limit reached, a render error), newest first, while the rule is still at
+    the version that failed: editing the rule is the fix, and takes them off the list."""
+    with tx.conn.cursor(row_factory=class_row(DefaultedNotice)) as cursor:
+        return cursor.execute(
+            """
+            SELECT l.id AS ledger_id, l.rule_id, r.name AS rule_name, l.rule_version,
+                   l.subject_id, s.title AS subject_title,
+                   s.product || ' · ' || s.kind || ' ' || s.external_id AS subject_ref,
+                   l.prepare_error AS error, l.prepared_at
+            FROM notification_ledger l
+            JOIN rules r ON r.id = l.rule_id AND r.version = l.rule_version
+            JOIN subjects s ON s.id = l.subject_id
+            WHERE l.prepare_error IS NOT NULL AND l.prepared_at IS NOT NULL
+            ORDER BY l.prepared_at DESC, l.id DESC
             LIMIT %s
             """,
             [limit],

@@ -23,10 +23,12 @@ from domain.conditions import (
     facts_to_load,
     is_scalar,
     parse_fact,
+    unholdable_number,
     validate,
 )
 from domain.errors import InvalidInput
 from domain.identity import EMAIL_MAX_LENGTH, EMAIL_PATTERN
+from domain.json_input import NUMBER_WORDS
 from domain.obligations import (
     MAX_OFFSET,
     MAX_OFFSETS,
@@ -260,6 +262,8 @@ def _trigger_errors(trigger: object, kind: object, at: str, errors: list[PathErr
                 if not is_scalar(value):
                     errors.append(PathError(f"{at}.metadata.{key}",
                                             "a string, number, boolean or null to match"))
+                elif unholdable_number(value):
+                    errors.append(PathError(f"{at}.metadata.{key}", NUMBER_WORDS))
 
 
 def _time_trigger_errors(trigger: object, at: str, errors: list[PathError]) -> None:

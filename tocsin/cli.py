@@ -206,7 +206,10 @@ def cmd_scan(args: argparse.Namespace) -> None:
         c, t = r.counts, r.time
         _out(f"[{index}/{len(slugs)}] {slug}: claimed {c.claimed}, skipped {c.skipped}, "
              f"expired {c.expired}, closed {c.closed}, emails enqueued {r.enqueued}; "
-             f"time rules: claimed {t.claimed}, skipped {t.skipped}, cancelled {t.cancelled}")
+             f"time rules: claimed {t.claimed}, skipped {t.skipped}, cancelled {t.cancelled}"
+             + (f", failed {len(t.failed)}" if t.failed else ""))
+        for failure in t.failed:
+            _out(f"    failed alone (the rest of the scan went on): {failure}")
 
 
 def cmd_ledger(args: argparse.Namespace) -> None:

@@ -18,6 +18,7 @@ from db.evidence import (
     LedgerStatus,
     attempts_for,
     csv_lines,
+    defaulted_notices,
     failed_preparations,
     iter_ledger,
     ledger_page,
@@ -130,10 +131,12 @@ def needs_attention(viewer: CurrentViewer, request: Request[Any, Any, Any]) -> T
         stuck = stuck_claims(tx)
         troubled = troubled_deliveries(tx)
         unprepared = failed_preparations(tx)
+        defaulted = defaulted_notices(tx)
         unread = unread_count(tx, viewer.user.id)
         liveness = tenant_liveness(last_runs(tx), settings.sweep_interval_seconds)
     return Template(
         "attention.html",
         context={"viewer": viewer, "unread": unread, "section": "evidence", "stuck": stuck,
-                 "troubled": troubled, "unprepared": unprepared, "liveness": liveness},
+                 "troubled": troubled, "unprepared": unprepared, "defaulted": defaulted,
+                 "liveness": liveness},
     )

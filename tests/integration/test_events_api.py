@@ -137,7 +137,7 @@ def test_the_nul_character_postgresql_cannot_store_is_refused_naming_each_path(
     response = api.post("/api/v1/events", headers=bearer(key), json=event)
     assert response.status_code == 422, response.text
     assert sorted(p["path"] for p in response.json()["problems"]) == [
-        "metadata.k\x00", "subject.fields.note", "subject.hierarchy.region", "subject.title"]
+        "metadata.k\x00", "subject.fields.note[0]", "subject.hierarchy.region", "subject.title"]
     assert events_of(desk.tenant) == []
 
 
