@@ -5,9 +5,7 @@ built in memory), claims stuck without a delivery, and deliveries that need a pe
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from datetime import date, datetime, timedelta
 from enum import StrEnum
@@ -15,6 +13,7 @@ from enum import StrEnum
 from psycopg.rows import class_row
 
 from db.tenancy import TenantTx
+from domain.csv_export import csv_rows
 from domain.errors import InvalidInput
 
 PAGE_SIZE = 50  # ledger rows per page
@@ -169,38 +168,8 @@ def iter_ledger(
         yield from cursor
 
 
-def _cell(value: object) -> object:
-    if value is None:
-        return ""
-    if isinstance(value, date | datetime):
-        return value.isoformat()
-    # A cell starting with = + - @ is a formula to a spreadsheet: quote it, so an exported
-    # client name can never run in the inspector's spreadsheet.
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
-
-
-def csv_rows(header: Sequence[str], rows: Iterable[Iterable[object]]) -> Iterator[str]:
-    """The header, then one CSV line per row (cells made safe by _cell), produced as the
-    rows arrive: the ledger's export and the obligations' share it."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-
-    def line(values: Iterable[object]) -> str:
-        writer.writerow(values)
-        text = buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
-        return text
-
-    yield line(header)
-    for row in rows:
-        yield line(_cell(value) for value in row)
-
-
 def csv_lines(rows: Iterable[LedgerRow]) -> Iterator[str]:
-    """The ledger's header, then one CSV line per row."""
+    """The ledger's header, then one CSV line per row (domain/csv_export.py: safe cells)."""
     return csv_rows(LEDGER_FIELDS, ((getattr(row, name) for name in LEDGER_FIELDS) for row in rows))
 
 

@@ -18,11 +18,11 @@ from datetime import date, datetime
 from typing import Any
 
 from db.calendar import load_calendar
-from db.evidence import csv_rows
 from db.facts import load_facts_of_subjects
 from db.tenancy import TenantTx
 from db.time_rules import time_rules
 from domain.conditions import Facts, WantedFacts, evaluate
+from domain.csv_export import csv_rows
 from domain.errors import InvalidInput, NotFound
 from domain.obligation_schedule import Schedule, schedule
 from domain.obligations import Calendar

@@ -30,6 +30,8 @@ _MAX_INT_DIGITS = 309
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _DEPTH = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 to open, -1 (as a signed byte) to close
+# NaN and the infinities as some encoders write them (outside strings).
+_NOT_FINITE = re.compile(rb"-?\b(?:NaN|Infinity)\b")
 
 
 class InvalidJson(InvalidInput):
@@ -47,17 +49,40 @@ def is_finite_number(value: object) -> bool:
     return -FLOAT_MAX <= value <= FLOAT_MAX  # exact: Python compares an int with a float exactly
 
 
+def _outside_strings(data: bytes) -> bytes:
+    return _STRING.sub(b"", data)
+
+
+def _deeper_than(bare: bytes, limit: int) -> bool:
+    """Whether brackets nest deeper than ``limit``: C-speed passes over the bytes and over
+    the brackets (translate, accumulate, max), no recursion and no Python loop."""
+    if bare.count(b"[") + bare.count(b"{") <= limit:
+        return False  # not even that many opening brackets
+    steps = memoryview(bare.translate(None, _NOT_BRACKETS).translate(_DEPTH)).cast("b")
+    return max(accumulate(steps), default=0) > limit
+
+
 def nesting_depth_exceeds(document: str | bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether a JSON document nests arrays and objects deeper than ``limit``, judged from
-    its brackets outside strings, without parsing it (C-speed passes over the bytes and
-    over the brackets, no recursion). A malformed document may be judged on its brackets
-    alone; it is refused anyway."""
+    its brackets outside strings, without parsing it. A malformed document may be judged on
+    its brackets alone; it is refused anyway."""
     data = document.encode("utf-8", "surrogatepass") if isinstance(document, str) else document
     if data.count(b"[") + data.count(b"{") <= limit:
-        return False  # not even that many opening brackets
-    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
-    steps = memoryview(brackets.translate(_DEPTH)).cast("b")
-    return max(accumulate(steps), default=0) > limit
+        return False
+    return _deeper_than(_outside_strings(data), limit)
+
+
+def body_problem(body: bytes, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a request body is refused before it is parsed, in words (None: parse it): nested
+    deeper than ``limit``, or a NaN or an infinity written where a number goes (parsers say
+    "invalid character" of those, which helps nobody)."""
+    bare = _outside_strings(body)
+    if _deeper_than(bare, limit):
+        return f"the body nests arrays and objects more than {limit} deep"
+    found = _NOT_FINITE.search(bare)
+    if found is not None:
+        return f"{found.group().decode()} is not a JSON number: {NUMBER_WORDS}"
+    return None
 
 
 def _int_or_infinity(digits: str) -> int | float:

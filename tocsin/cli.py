@@ -485,6 +485,11 @@ def build_parser() -> Parser:
     return parser
 
 
+def _one_line(error: BaseException) -> str:
+    """An error as one line (a message may quote input holding line breaks)."""
+    return " ".join(str(error).split())
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from db.errors import DatabaseUnavailable
@@ -494,10 +499,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         args.handler(args)
     except (DatabaseUnavailable, QueuesUnavailable, ServiceError) as error:
-        print(f"tocsin: error: {error}", file=sys.stderr)
+        print(f"tocsin: error: {_one_line(error)}", file=sys.stderr)
         sys.exit(EXIT_UNAVAILABLE)
     except (TocsinError, ConfigError) as error:
-        print(f"tocsin: error: {error}", file=sys.stderr)
+        print(f"tocsin: error: {_one_line(error)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         sys.exit(130)
