@@ -38,13 +38,16 @@ from domain.errors import Busy, InvalidInput, NotFound
 from domain.events import BATCH_LIMIT, EventIn, InvalidEvents, Problem, parse_batch, parse_event
 from domain.json_input import NUMBER_WORDS, InvalidJson, body_problem
 from portal.auth import PUBLIC, UnknownParameter
-from portal.ratelimit import ApiKeyRateLimit
+from portal.client_address import client_address
+from portal.ratelimit import ApiKeyFailures, ApiKeyRateLimit
 from portal.redaction import secret_query_names
+from portal.settings import PortalSettings
 
 log = logging.getLogger("tocsin.events_api")
 
 CALLER = "tocsin.api_key"  # connection-state key of the request's CallerKey
 RATE_LIMIT = "api_rate_limit"  # app-state key of the ApiKeyRateLimit
+KEY_FAILURES = "api_key_failures"  # app-state key of the ApiKeyFailures
 EVENT_MAX_BODY = 256 * 1024  # bytes of one event's body
 BATCH_MAX_BODY = 4 * 1024 * 1024  # bytes of a batch of 500 events
 BEARER = "bearer"  # the OpenAPI security scheme's name
@@ -109,14 +112,28 @@ async def refuse_hostile_json(request: Request[Any, Any, Any]) -> None:
 
 
 async def requires_api_key(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
-    """The router's guard, before the body is read: the bearer key must be a live one."""
+    """The router's guard, before the body is read: the bearer key must be a live one. An
+    address that presented too many wrong keys lately is refused before its key is looked
+    up (portal/ratelimit.py ApiKeyFailures)."""
     scheme, _, key = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise KeyRefused("send your API key as `Authorization: Bearer <key>`")
-    caller = await anyio.to_thread.run_sync(recognise_key, key.strip())
+    settings: PortalSettings = connection.app.state.portal_settings
+    address = client_address(connection.client.host if connection.client else None,
+                             connection.headers.get("x-forwarded-for"), settings.trusted_proxies)
+    failures: ApiKeyFailures = connection.app.state[KEY_FAILURES]
+    caller = await anyio.to_thread.run_sync(_recognised, key.strip(), address, failures)
     if caller is None:
         raise KeyRefused("this API key is not valid (wrong, or revoked)")
     connection.state[CALLER] = caller
+
+
+def _recognised(key: str, address: str, failures: ApiKeyFailures) -> CallerKey | None:
+    failures.check(address)
+    caller = recognise_key(key)
+    if caller is None:
+        failures.record_failure(address)
+    return caller
 
 
 def _request_hash(path: str, data: object) -> str:
@@ -132,7 +149,7 @@ def _answer(request: Request[Any, Any, Any], data: object, events: list[EventIn]
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
         raise InvalidEvents([Problem("Idempotency-Key", "must be 1 to 255 characters")])
     limit: ApiKeyRateLimit = request.app.state[RATE_LIMIT]
-    limit.spend(caller.id, len(events))
+    limit.spend(caller.id, caller.tenant_slug, len(events))
 
     # Only a request that may be repeated needs its fingerprint.
     request_hash = "" if idempotency_key is None else _request_hash(request.url.path, data)
@@ -149,7 +166,8 @@ _ERRORS = {
     400: ResponseSpec(ErrorOut, description="The body is not JSON"),
     422: ResponseSpec(ErrorOut, description="Invalid events: every problem with its path; nothing "
                                             "is written. Also an Idempotency-Key reused for another request"),
-    429: ResponseSpec(ErrorOut, description="Over the key's rate: try again after Retry-After seconds"),
+    429: ResponseSpec(ErrorOut, description="Over the key's or its tenant's rate, or too many wrong keys "
+                                            "from this address: try again after Retry-After seconds"),
 }
 IdempotencyKey = Annotated[str | None, HeaderParameter(
     name="Idempotency-Key", required=False,
