@@ -45,6 +45,7 @@ class VendoredSwaggerUI(OpenAPIRenderPlugin):
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
+<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">
 <link rel="stylesheet" href="/static/swagger-ui.css?v={SWAGGER_UI_VERSION}">
 <script src="/static/swagger-ui-bundle.js?v={SWAGGER_UI_VERSION}" defer></script>
 <script src="/static/swagger-init.js?v={SWAGGER_UI_VERSION}" defer></script>

@@ -163,7 +163,8 @@ def _answer(request: Request[Any, Any, Any], data: object, events: list[EventIn]
 
 _ERRORS = {
     401: ResponseSpec(ErrorOut, description="No API key, or not a live one (wrong or revoked)"),
-    400: ResponseSpec(ErrorOut, description="The body is not JSON"),
+    400: ResponseSpec(ErrorOut, description="The body is not JSON, nests arrays and objects more than "
+                                            "32 deep, or holds NaN, Infinity or a number out of range"),
     422: ResponseSpec(ErrorOut, description="Invalid events: every problem with its path; nothing "
                                             "is written. Also an Idempotency-Key reused for another request"),
     429: ResponseSpec(ErrorOut, description="Over the key's or its tenant's rate, or too many wrong keys "

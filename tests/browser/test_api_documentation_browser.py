@@ -20,6 +20,7 @@ def test_swagger_ui_renders_the_events_api_from_the_portals_own_origin(
         browser: Browser, portal_url: str, artifacts: Path) -> None:
     page, errors = open_page(browser, {"width": 1280, "height": 900})
     origins: set[str] = set()
+    failed: list[str] = []
 
     def note(request: Request) -> None:
         parts = urlsplit(request.url)
@@ -27,6 +28,7 @@ def test_swagger_ui_renders_the_events_api_from_the_portals_own_origin(
             origins.add(f"{parts.scheme}://{parts.netloc}")
 
     page.on("request", note)
+    page.on("response", lambda response: failed.append(response.url) if response.status >= 400 else None)
     page.goto(f"{portal_url}{SCHEMA_PATH}")
 
     expect(page.locator(".opblock-summary-path", has_text="/api/v1/events/batch")).to_be_visible()
@@ -38,5 +40,6 @@ def test_swagger_ui_renders_the_events_api_from_the_portals_own_origin(
     page.screenshot(path=artifacts / "api-documentation.png", full_page=True)
 
     assert origins == {portal_url}
+    assert failed == []
     assert errors == [], errors  # a refused script, style or fetch is reported here
     page.context.close()
