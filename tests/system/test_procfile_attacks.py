@@ -46,7 +46,8 @@ def _legacy_rule(tenant: Tenant, name: str, body: str) -> None:
     rule["conditions"] = {"all": []}
     with tenant_tx(tenant.slug) as tx:
         row = tx.conn.execute("INSERT INTO rules (product, name, kind, definition) "
-                              "VALUES ('fraud', %s, 'created', %s) RETURNING id", [name, Jsonb(rule)]).fetchone()
+                              "VALUES ('fraud', %s, 'created', %s) RETURNING id",
+                              [name, Jsonb(rule)]).fetchone()
         assert row is not None
         tx.conn.execute("INSERT INTO rule_versions (rule_id, version, definition, enabled, changed_by) "
                         "VALUES (%s, 1, %s, true, 'before the limits')", [row[0], Jsonb(rule)])
