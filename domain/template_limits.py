@@ -150,7 +150,9 @@ def _refuse_long_range(length: int, expression: Expression) -> None:
 def bound_ranges(template: BoundTemplate) -> None:
     """Make every range literal of a parsed template a BoundedRange, and refuse at once a
     range whose ends are both written as numbers and that is too long. The nodes and
-    expressions are walked as python-liquid's own static analysis walks them."""
+    expressions are walked as python-liquid's own static analysis walks them. (python-liquid's
+    parser builds RangeLiteral itself, wherever a range may stand: its class is swapped
+    here, once per parsed template, rather than the library patched for every user of it.)"""
     static = RenderContext(template)
     nodes = list(template.nodes)
     while nodes:

@@ -170,15 +170,15 @@ class ApiKeyRateLimit:
     shares by making more keys. A flushed Redis only forgets the current minute."""
 
     def __init__(self, client: redis.Redis, namespace: str, per_minute: int,
-                 tenant_per_minute: int | None = None) -> None:
+                 tenant_per_minute: int) -> None:
         self._spend = client.register_script(_SPEND)
         self._namespace = namespace
         self.per_minute = per_minute
-        self.tenant_per_minute = tenant_per_minute if tenant_per_minute is not None else per_minute
+        self.tenant_per_minute = tenant_per_minute
 
     @classmethod
     def from_url(cls, url: str, namespace: str, per_minute: int,
-                 tenant_per_minute: int | None = None) -> ApiKeyRateLimit:
+                 tenant_per_minute: int) -> ApiKeyRateLimit:
         return cls(redis.Redis.from_url(url), namespace, per_minute, tenant_per_minute)
 
     def spend(self, api_key_id: int, tenant_slug: str, events: int) -> None:

@@ -36,7 +36,7 @@ from db.events import record_events
 from db.tenancy import tenant_tx
 from domain.errors import Busy, InvalidInput, NotFound
 from domain.events import BATCH_LIMIT, EventIn, InvalidEvents, Problem, parse_batch, parse_event
-from domain.json_input import NUMBER_WORDS, InvalidJson, body_problem
+from domain.json_input import MAX_JSON_DEPTH, NUMBER_WORDS, InvalidJson, body_problem
 from portal.auth import PUBLIC, UnknownParameter
 from portal.client_address import client_address
 from portal.ratelimit import ApiKeyFailures, ApiKeyRateLimit
@@ -163,8 +163,9 @@ def _answer(request: Request[Any, Any, Any], data: object, events: list[EventIn]
 
 _ERRORS = {
     401: ResponseSpec(ErrorOut, description="No API key, or not a live one (wrong or revoked)"),
-    400: ResponseSpec(ErrorOut, description="The body is not JSON, nests arrays and objects more than "
-                                            "32 deep, or holds NaN, Infinity or a number out of range"),
+    400: ResponseSpec(ErrorOut, description=f"The body is not JSON, nests arrays and objects more than "
+                                            f"{MAX_JSON_DEPTH} deep, or holds NaN, Infinity or a number "
+                                            "out of range"),
     422: ResponseSpec(ErrorOut, description="Invalid events: every problem with its path; nothing "
                                             "is written. Also an Idempotency-Key reused for another request"),
     429: ResponseSpec(ErrorOut, description="Over the key's or its tenant's rate, or too many wrong keys "
