@@ -273,6 +273,10 @@ def evaluate_batch(slug: str, event_ids: list[int], claims: list[tuple[str, int]
                 tx.claims_to_prepare.clear()
         for lag in report.lags:
             RELAY_LAG.observe(lag)
+        for event_id, error in sorted(report.failed.items()):
+            # Failed alone (its data, not the tenant's machinery): the batch committed without it.
+            log.error("tenant=%s event=%d could not be evaluated (failed, the rest of its batch "
+                      "went on): %s", slug, event_id, error)
         return report.evaluated
 
     try:

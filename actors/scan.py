@@ -15,7 +15,7 @@ from db.deliveries import schedule_due_deliveries
 from db.ledger import prepare_claims
 from db.licences import ClaimCounts, claim_due_milestones
 from db.runs import fan_out_order, record_completed
-from db.tenancy import tenant_tx
+from db.tenancy import TenantTx, tenant_tx
 from db.time_rules import TimeClaimCounts, claim_time_rules
 from domain.identity import parse_instant
 from domain.liveness import RunKind
@@ -45,13 +45,30 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
     that message is lost)."""
     with tenant_tx(slug) as tx:
         counts = claim_due_milestones(tx, as_of)
-        time_counts = claim_time_rules(tx, as_of)
+        time_counts = _time_rules_apart(tx, as_of)
         prepared = prepare_claims(tx, as_of)
         to_send = schedule_due_deliveries(tx)
         # For `tocsin status` and the next tick's order; in the scan's own transaction, so
         # that a scan costs one transaction (one tenant lookup, one commit), not two.
         record_completed(tx, RunKind.SCAN)
     return ScanReport(slug, counts, time_counts, prepared, len(to_send))
+
+
+def _time_rules_apart(tx: TenantTx, as_of: datetime) -> TimeClaimCounts:
+    """The time rules' part of a scan in a savepoint: whatever fails there (each rule has a
+    savepoint of its own inside) undoes only its own claims, never the licence claims made
+    before it in the same transaction."""
+    waiting = len(tx.claims_to_prepare)
+    try:
+        with tx.conn.transaction():
+            counts = claim_time_rules(tx, as_of)
+    except Exception as error:
+        del tx.claims_to_prepare[waiting:]  # rolled back with the savepoint
+        log.exception("tenant=%s time rules' scan failed (licence claims kept)", tx.tenant.slug)
+        return TimeClaimCounts(failed=(f"the time rules' scan: {type(error).__name__}: {error}",))
+    for failure in counts.failed:
+        log.error("tenant=%s time rule failed alone: %s", tx.tenant.slug, failure)
+    return counts
 
 
 @dramatiq.actor(queue_name="scan", time_limit=10 * 60_000, priority=BACKGROUND)  # milliseconds

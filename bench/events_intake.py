@@ -79,7 +79,7 @@ def _event(n: int) -> dict[str, Any]:
 def _start_portal(port: int, log: Path) -> subprocess.Popen[bytes]:
     """`tocsin web`, as the Procfile runs it, with a rate limit the bench cannot reach."""
     env = {**os.environ, "PORT": str(port), "PORTAL_URL": f"http://127.0.0.1:{port}",
-           "API_EVENTS_PER_MINUTE": str(10**9),
+           "API_EVENTS_PER_MINUTE": str(10**9), "API_TENANT_EVENTS_PER_MINUTE": str(10**9),
            # `tocsin web` refuses the published default secret, as a deployment must
            "SESSION_SECRET": os.environ.get("SESSION_SECRET") or secrets.token_urlsafe(48)}
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,10 @@ One tenant transaction per batch (actors/relay.py ``evaluate_batch``):
    which phase, each condition with the value seen); the phase-2 part of a trace, shared by
    every event with the same phase-2 answer, is stored once in trace_parts and named by its
    digest (``stored_trace`` splices it back in).
+One event whose evaluation raises (a value a host wrote straight into the tables that no
+rule can read) fails alone, in the same transaction: it is marked failed with the error and
+claims nothing, and the rest of the batch is evaluated and committed. Its batch is never
+handed back, so its tenant's breaker never counts it: the other events are not held up.
 After commit the new claims go to their product's preparation queue (TenantTx.claims_to_prepare).
 """
 
@@ -39,6 +43,22 @@ class EvaluationReport:
     evaluated: int = 0
     claims: int = 0
     lags: list[float] = field(default_factory=list)  # seconds from each event's commit
+    failed: dict[int, str] = field(default_factory=dict)  # event id -> why it could not be evaluated
+
+
+MAX_EVENT_ERROR_CHARS = 500  # characters of an evaluation's error kept on the event
+
+# Events whose own evaluation raised: failed at once with the error (another attempt would
+# raise again), beside the batch's evaluated ones.
+_FAILED = """
+UPDATE events e SET status = 'failed', lease_until = NULL, last_error = t.error
+FROM unnest(%s::bigint[], %s::text[]) AS t(id, error)
+WHERE e.id = t.id AND e.status = 'processing'
+"""
+
+
+def _error_text(error: BaseException) -> str:
+    return f"evaluation failed: {type(error).__name__}: {error}"[:MAX_EVENT_ERROR_CHARS]
 
 
 _BATCH = """
@@ -282,9 +302,13 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
         subject_of[eid] = subject_id  # type: ignore[assignment]
         product_of[eid] = key[0]
         due_on[eid] = due  # type: ignore[assignment]
-        run = runs[eid] = evaluation(rules_for[key], event)
-        wants[eid] = next(run)
         lags.append(lag)  # type: ignore[arg-type]
+        try:
+            run = runs[eid] = evaluation(rules_for[key], event)
+            wants[eid] = next(run)
+        except Exception as error:  # this event's data, not the batch's: it fails alone
+            runs.pop(eid, None)
+            report.failed[eid] = _error_text(error)
     # Phases 3 and 4 in step for the whole batch: what every event wants is loaded in one
     # call (one query per family), not one per event.
     while runs:
@@ -301,6 +325,10 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
             except StopIteration as done:
                 outcomes[eid] = done.value
                 del runs[eid], wants[eid]
+            except Exception as error:  # this event's data, not the batch's: it fails alone
+                report.failed[eid] = _error_text(error)
+                del runs[eid], wants[eid]
+
     rule_ids: list[str] = []
     versions: list[str] = []
     subject_ids: list[str] = []
@@ -315,7 +343,8 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
                 claim_events.append(str(eid))
                 dues.append(due_on[eid])
     # The claims go first, in a pipeline: PostgreSQL inserts them (the ledger's unique key
-    # and indexes) while this process encodes the traces; one round trip for both.
+    # and indexes) while this process encodes the traces; one round trip for all of it.
+    # (A trace holds JSON values read back from jsonb: encoding one cannot fail.)
     with tx.conn.pipeline():
         claimed = tx.conn.execute(_CLAIM, {
             "rule_ids": ",".join(rule_ids), "versions": ",".join(versions),
@@ -324,7 +353,10 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
         parts: dict[bytes, bytes] = {}
         traces = _TRACE_SEPARATOR.join([_trace_json(evaluated, parts) for evaluated in outcomes.values()])
         stored = _store_parts(tx, parts)
-        tx.conn.execute(_DONE, {"ids": ",".join(map(str, outcomes)), "traces": traces.decode()})
+        if outcomes:
+            tx.conn.execute(_DONE, {"ids": ",".join(map(str, outcomes)), "traces": traces.decode()})
+        if report.failed:
+            tx.conn.execute(_FAILED, [list(report.failed), list(report.failed.values())])
     stored.confirm()
     if claimed is not None:
         for ledger_id, event_id in claimed.fetchall():

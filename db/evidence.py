@@ -5,9 +5,7 @@ built in memory), claims stuck without a delivery, and deliveries that need a pe
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from datetime import date, datetime, timedelta
 from enum import StrEnum
@@ -16,6 +14,7 @@ from psycopg.rows import class_row
 
 from db.recovery import HELD_REASON
 from db.tenancy import TenantTx
+from domain.csv_export import csv_rows
 from domain.errors import InvalidInput
 
 PAGE_SIZE = 50  # ledger rows per page
@@ -170,38 +169,8 @@ def iter_ledger(
         yield from cursor
 
 
-def _cell(value: object) -> object:
-    if value is None:
-        return ""
-    if isinstance(value, date | datetime):
-        return value.isoformat()
-    # A cell starting with = + - @ is a formula to a spreadsheet: quote it, so an exported
-    # client name can never run in the inspector's spreadsheet.
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
-
-
-def csv_rows(header: Sequence[str], rows: Iterable[Iterable[object]]) -> Iterator[str]:
-    """The header, then one CSV line per row (cells made safe by _cell), produced as the
-    rows arrive: the ledger's export and the obligations' share it."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-
-    def line(values: Iterable[object]) -> str:
-        writer.writerow(values)
-        text = buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
-        return text
-
-    yield line(header)
-    for row in rows:
-        yield line(_cell(value) for value in row)
-
-
 def csv_lines(rows: Iterable[LedgerRow]) -> Iterator[str]:
-    """The ledger's header, then one CSV line per row."""
+    """The ledger's header, then one CSV line per row (domain/csv_export.py: safe cells)."""
     return csv_rows(LEDGER_FIELDS, ((getattr(row, name) for name in LEDGER_FIELDS) for row in rows))
 
 
@@ -354,8 +323,8 @@ class FailedPreparation:
 
 
 def failed_preparations(tx: TenantTx, limit: int = 200) -> list[FailedPreparation]:
-    """Rule notices whose preparation failed every allowed attempt (a template refused, a
-    recipient that could not be resolved), newest first, with the last error: nobody was
+    """Rule notices whose preparation failed every allowed attempt (a recipient that could
+    not be resolved, malformed actions), newest first, with the last error: nobody was
     told, and nothing will try again until an admin fixes the rule."""
     with tx.conn.cursor(row_factory=class_row(FailedPreparation)) as cursor:
         return cursor.execute(
@@ -370,6 +339,41 @@ def failed_preparations(tx: TenantTx, limit: int = 200) -> list[FailedPreparatio
             JOIN subjects s ON s.id = l.subject_id
             WHERE l.prepare_failed_at IS NOT NULL AND l.prepared_at IS NULL
             ORDER BY l.prepare_failed_at DESC, l.id DESC
+            LIMIT %s
+            """,
+            [limit],
+        ).fetchall()
+
+
+@dataclass(frozen=True)
+class DefaultedNotice:
+    ledger_id: int
+    rule_id: int
+    rule_name: str
+    rule_version: int
+    subject_id: int
+    subject_title: str
+    subject_ref: str  # product · kind external_id
+    error: str  # which template was refused, and why
+    prepared_at: datetime
+
+
+def defaulted_notices(tx: TenantTx, limit: int = 200) -> list[DefaultedNotice]:
+    """Rule notices sent with the default template because the rule's own was refused for
+    them (a sandbox limit reached, a render error), newest first, while the rule is still at
+    the version that failed: editing the rule is the fix, and takes them off the list."""
+    with tx.conn.cursor(row_factory=class_row(DefaultedNotice)) as cursor:
+        return cursor.execute(
+            """
+            SELECT l.id AS ledger_id, l.rule_id, r.name AS rule_name, l.rule_version,
+                   l.subject_id, s.title AS subject_title,
+                   s.product || ' · ' || s.kind || ' ' || s.external_id AS subject_ref,
+                   l.prepare_error AS error, l.prepared_at
+            FROM notification_ledger l
+            JOIN rules r ON r.id = l.rule_id AND r.version = l.rule_version
+            JOIN subjects s ON s.id = l.subject_id
+            WHERE l.prepare_error IS NOT NULL AND l.prepared_at IS NOT NULL
+            ORDER BY l.prepared_at DESC, l.id DESC
             LIMIT %s
             """,
             [limit],

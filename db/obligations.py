@@ -18,11 +18,11 @@ from datetime import date, datetime
 from typing import Any
 
 from db.calendar import load_calendar
-from db.evidence import csv_rows
 from db.facts import load_facts_of_subjects
 from db.tenancy import TenantTx
 from db.time_rules import time_rules
 from domain.conditions import Facts, WantedFacts, evaluate
+from domain.csv_export import csv_rows
 from domain.errors import InvalidInput, NotFound
 from domain.obligation_schedule import Schedule, schedule
 from domain.obligations import Calendar
@@ -228,13 +228,30 @@ def _judged(tx: TenantTx, obligations: list[Obligation], watched: dict[int, _Wat
     out = []
     for o in obligations:
         facts = {**row_facts.get(o.subject_id, {}), **stored.get(o.subject_id, {})}
-        holds, trace = evaluate(watched[o.rule_id].definition.conditions, Facts(facts))
+        try:
+            holds, trace = evaluate(watched[o.rule_id].definition.conditions, Facts(facts))
+        except Exception as error:  # this subject's facts: the rest of the page is judged all the same
+            out.append(replace(o, holds=False, paused_by=f"its conditions could not be evaluated "
+                                                         f"({type(error).__name__})"))
+            continue
         failing = next((t for t in trace if not t.result), None)
         why = "" if holds or failing is None else \
             f"{failing.fact} {failing.op.replace('_', ' ')} {failing.expected!r}" + \
-            (" (missing)" if failing.missing else f" (is {failing.seen!r})")
+            (" (missing)" if failing.missing else f" (is {_shown(failing.seen)})")
         out.append(replace(o, holds=holds, paused_by=why))
     return out
+
+
+SHOWN_MAX = 80  # characters of a value seen, in words on the page
+
+
+def _shown(value: object) -> str:
+    """A value seen, as the page shows it: a long one (an amount of 400 digits, a text) cut."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's 4,300 digits of repr
+        return "a number too long to show"
+    return text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX] + "…"
 
 
 def obligations_page(tx: TenantTx, filters: ObligationFilter, as_of: datetime,

@@ -9,10 +9,16 @@ the version's templates rendered in the sandbox (domain/templates.py), and the n
 written by the same statement as the licence's (db/ledger.py notify_statement), with
 preferences, quiet hours, digests and the rule's channels applied there.
 
-Failure: a claim that cannot be prepared (a template refused, a recipient that cannot be
-resolved, a database error) fails the whole preparing transaction, which rolls back with
-everything it wrote. The transaction is then poisoned, so the failure is recorded by
-`record_preparation_failure` in a fresh one; after PREPARE_MAX_ATTEMPTS the claim is
+A template the sandbox refuses for this claim (a limit reached, a render error) fails that
+notice alone: its part is rendered from the default template (domain/templates.py), the
+claim is prepared all the same, and the refusal is kept on the claim (``prepare_error`` of a
+prepared row) for the Needs-attention page (db/evidence.py defaulted_notices). Retrying
+would only refuse it again, and a batch must not wait for it.
+
+Failure: a claim that cannot be prepared otherwise (a recipient that cannot be resolved,
+malformed actions, a database error) fails the whole preparing transaction, which rolls
+back with everything it wrote. The transaction is then poisoned, so the failure is recorded
+by `record_preparation_failure` in a fresh one; after PREPARE_MAX_ATTEMPTS the claim is
 left alone and shown on the Needs-attention page.
 """
 
@@ -36,7 +42,7 @@ from domain.errors import TocsinError
 from domain.obligations import breach_at, due_context, offset_of
 from domain.preferences import valid_category
 from domain.rules import stored_rule
-from domain.templates import TemplateRefused, render, template_context
+from domain.templates import DEFAULT_BODY, DEFAULT_TITLE, TemplateRefused, render, template_context
 
 MAX_ERROR_CHARS = 500  # characters of an error kept on the ledger row
 MAX_TITLE_CHARS = 200  # characters of a rendered title (one line in the inbox)
@@ -203,9 +209,12 @@ def _prepare(tx: TenantTx, claim: _Claim, definition: object, facts: dict[str, o
     due, turnaround = _time_context(tx, claim, definition)
     context = template_context(facts, event_type=event_type, trigger=trigger, metadata=metadata,
                                changes=changes, rule_name=rule_name, due=due, turnaround=turnaround)
-    title = _render(claim, "title", str(template.get("title") or ""), context)
-    body = _render(claim, "body", str(template.get("body") or ""), context)
+    refused: list[str] = []
+    title = _render(claim, "title", str(template.get("title") or ""), DEFAULT_TITLE, context, refused)
+    body = _render(claim, "body", str(template.get("body") or ""), DEFAULT_BODY, context, refused)
     title = " ".join(title.split())[:MAX_TITLE_CHARS] or rule_name
+    if refused:
+        tx.conn.execute(_TEMPLATE_REFUSED, ["; ".join(refused)[:MAX_ERROR_CHARS], claim.ledger_id])
 
     users = resolve_recipients(tx, claim.subject_id, actions.get("recipients") or [])
     critical = actions.get("critical") is True
@@ -260,12 +269,25 @@ def _actions(definition: object) -> dict[str, Any]:
     return actions if isinstance(actions, dict) else {}
 
 
-def _render(claim: _Claim, part: str, text: str, context: dict[str, object]) -> str:
+# A claim prepared with a default template keeps why on its row (prepared_at is set in the
+# same transaction): listed on Needs attention until the rule is edited.
+_TEMPLATE_REFUSED = "UPDATE notification_ledger SET prepare_error = %s WHERE id = %s"
+
+
+def _render(claim: _Claim, part: str, text: str, default: str, context: dict[str, object],
+            refused: list[str]) -> str:
+    """The part rendered from the rule's template, or from the default one when the sandbox
+    refuses it for this claim (why is added to ``refused``)."""
     try:
         return render(text, context)
-    except TemplateRefused as refused:
-        raise PreparationFailed(claim.ledger_id, f"the {part} template was refused: {refused.reason}") \
-            from None
+    except TemplateRefused as refusal:
+        refused.append(f"the {part} template was refused: {refusal.reason}; "
+                       f"the default {part} was sent instead")
+    try:
+        return render(default, context)
+    except TemplateRefused as refusal:  # pragma: no cover - the defaults read plain facts only
+        raise PreparationFailed(claim.ledger_id, f"the default {part} was refused too: "
+                                f"{refusal.reason}") from None
 
 
 @dataclass(frozen=True)

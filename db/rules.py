@@ -12,6 +12,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from db.template_preview import dry_render_errors
 from db.tenancy import TenantTx
 from domain.conditions import PathError
 from domain.errors import Conflict, InvalidInput, NotFound
@@ -90,7 +91,7 @@ def _product_errors(tx: TenantTx, d: RuleDefinition, path: str) -> list[PathErro
 
 def _checked(tx: TenantTx, data: object, template_check: TemplateCheck) -> RuleDefinition:
     definition = parse_rule(data, template_check)
-    errors = _product_errors(tx, definition, "")
+    errors = _product_errors(tx, definition, "") or dry_render_errors(tx, definition)
     if errors:
         raise InvalidRule(errors)
     return definition
@@ -112,7 +113,10 @@ def _who(by: str) -> str:
 
 def create_rule(tx: TenantTx, data: object, by: str,
                 template_check: TemplateCheck = check_with_sandbox) -> Rule:
-    d = _checked(tx, data, template_check)
+    return _insert(tx, _checked(tx, data, template_check), by)
+
+
+def _insert(tx: TenantTx, d: RuleDefinition, by: str) -> Rule:
     row = tx.conn.execute(
         f"INSERT INTO rules (product, name, kind, trigger_types, enabled, definition) "
         f"VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (product, name) DO NOTHING "
@@ -138,7 +142,11 @@ def update_rule(tx: TenantTx, rule_id: int, data: object, by: str,
     """Save a new definition as the next version; an identical one changes nothing. An
     unstated ``enabled`` keeps the rule's state."""
     current = _locked(tx, rule_id)
-    d = _checked(tx, data, template_check)
+    return _new_version(tx, current, _checked(tx, data, template_check), by)
+
+
+def _new_version(tx: TenantTx, current: Rule, d: RuleDefinition, by: str) -> Rule:
+    rule_id = current.id
     enabled = current.enabled if d.enabled is None else d.enabled
     summary = describe_changes(current.definition.to_json(), d.to_json(), current.enabled, enabled)
     if not summary:
@@ -209,29 +217,30 @@ def import_rules(tx: TenantTx, data: object, by: str,
         raise InvalidRule([PathError("$", f"at most {MAX_IMPORT} rules in one import")])
     errors: list[PathError] = []
     seen: dict[tuple[str, str], int] = {}
+    checked: list[RuleDefinition] = []
     for i, item in enumerate(data):
         found = rule_errors(item, template_check, f"[{i}]")
         if not found:
             d = parse_rule(item, template_check)
-            found = _product_errors(tx, d, f"[{i}]")
+            found = _product_errors(tx, d, f"[{i}]") or dry_render_errors(tx, d, f"[{i}]")
             key = (d.product, d.name)
             if key in seen:
                 found.append(PathError(f"[{i}].name", f"the same rule as [{seen[key]}]"))
             seen[key] = i
+            checked.append(d)
         errors.extend(found)
     if errors:
         raise InvalidRule(errors)
     report = ImportReport([], [], [])
-    for item in data:
-        d = parse_rule(item, template_check)
+    for d in checked:  # each checked once, above
         row = tx.conn.execute("SELECT id, version FROM rules WHERE product = %s AND name = %s",
                               [d.product, d.name]).fetchone()
         label = f"{d.product}/{d.name}"
         if row is None:
-            create_rule(tx, item, by, template_check)
+            _insert(tx, d, by)
             report.created.append(label)
         else:
-            after = update_rule(tx, int(str(row[0])), item, by, template_check)
+            after = _new_version(tx, _locked(tx, int(str(row[0]))), d, by)
             (report.updated if after.version != row[1] else report.unchanged).append(label)
     return report
 

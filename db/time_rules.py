@@ -71,6 +71,9 @@ class TimeClaimCounts:
     claimed: int = 0  # ledger rows claimed (to be prepared and sent)
     skipped: int = 0  # ledger rows recorded as skipped (their window had passed)
     cancelled: int = 0  # waiting claims cancelled because their due date moved or was removed
+    # What failed alone, in words: a rule whose claims were undone (its savepoint), or a
+    # subject its rule could not judge (left unclaimed). The rest of the scan went on.
+    failed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -209,14 +212,23 @@ def _subject_facts(row: tuple[object, ...]) -> dict[str, object]:
             "subject.status": status, "subject.assignees": list(assignees or [])}  # type: ignore[call-overload]
 
 
-def _surviving(tx: TenantTx, rule: TimeRule, subjects: dict[int, dict[str, object]]) -> set[int]:
+def _surviving(tx: TenantTx, rule: TimeRule, subjects: dict[int, dict[str, object]],
+               failed: list[str]) -> set[int]:
     """The subjects for which the rule's whole trees hold, their stored facts loaded
-    targeted (only the keys the trees read, one query per family for all of them)."""
+    targeted (only the keys the trees read, one query per family for all of them). A
+    subject whose facts the trees cannot judge is left out, and said in ``failed``."""
     d = rule.definition
     wanted = d.condition_facts().union(d.filter_facts())
     stored = load_facts_of_subjects(tx, {sid: wanted for sid in subjects}) if wanted \
         else {sid: {} for sid in subjects}
-    return {sid for sid, facts in subjects.items() if _holds(rule, {**facts, **stored.get(sid, {})})}
+    kept = set()
+    for sid, facts in subjects.items():
+        try:
+            if _holds(rule, {**facts, **stored.get(sid, {})}):
+                kept.add(sid)
+        except Exception as error:  # this subject's data: the others are judged all the same
+            failed.append(f"rule {rule.id}, subject {sid}: {type(error).__name__}: {error}")
+    return kept
 
 
 def _written(row: tuple[object, ...] | None) -> tuple[list[int], int]:
@@ -236,7 +248,8 @@ def _claim_chosen(tx: TenantTx, params: dict[str, Any],
         "local_dates": local_dates}).fetchone())
 
 
-def _claim_due(tx: TenantTx, rule: TimeRule, as_of: datetime, cal: Calendar) -> tuple[list[int], int]:
+def _claim_due(tx: TenantTx, rule: TimeRule, as_of: datetime, cal: Calendar,
+               failed: list[str]) -> tuple[list[int], int]:
     due = rule.definition.trigger.due
     assert due is not None
     bounds = window_bounds(possible_todays(as_of), due.offsets, due.business_days, cal)
@@ -252,7 +265,7 @@ def _claim_due(tx: TenantTx, rule: TimeRule, as_of: datetime, cal: Calendar) -> 
         return _written(tx.conn.execute(_claim_due_statement(compiled.sql), params).fetchone())
     found = tx.conn.execute(_candidates_statement(compiled.sql), params).fetchall()
     subjects = {int(str(r[0])): _subject_facts(r[5:]) for r in found}
-    keep = _surviving(tx, rule, subjects) if subjects else set()
+    keep = _surviving(tx, rule, subjects, failed) if subjects else set()
     chosen = [(int(str(r[0])), str(r[3]), r[1], bool(r[4]), r[2]) for r in found
               if int(str(r[0])) in keep]
     return _claim_chosen(tx, params, chosen)
@@ -278,7 +291,7 @@ ORDER BY s.id"""
 
 
 def _claim_turnaround(tx: TenantTx, rule: TimeRule, as_of: datetime,
-                      cal: Calendar) -> tuple[list[int], int]:
+                      cal: Calendar, failed: list[str]) -> tuple[list[int], int]:
     tat = rule.definition.trigger.turnaround
     assert tat is not None
     compiled = _compiled(rule)
@@ -294,7 +307,7 @@ def _claim_turnaround(tx: TenantTx, rule: TimeRule, as_of: datetime,
             breached[int(str(row[0]))] = (started, breach, zone)
     if not compiled.exact and breached:
         subjects = {int(str(r[0])): _subject_facts(r[3:]) for r in found if int(str(r[0])) in breached}
-        keep = _surviving(tx, rule, subjects)
+        keep = _surviving(tx, rule, subjects, failed)
         breached = {sid: b for sid, b in breached.items() if sid in keep}
     chosen = [(sid, turnaround_threshold(tat.after, started), local_date(breach, zone), False,
                local_date(as_of, zone)) for sid, (started, breach, zone) in sorted(breached.items())]
@@ -322,13 +335,20 @@ def claim_time_rules(tx: TenantTx, as_of: datetime) -> TimeClaimCounts:
         cancelled = cancel_moved_due_dates(cur, tx.tenant.schema)
     cal = load_calendar(tx)
     claimed = skipped = 0
+    failed: list[str] = []
     for rule in rules:
-        if rule.definition.trigger.due is not None:
-            rows = _claim_due(tx, rule, as_of, cal)
-        else:
-            rows = _claim_turnaround(tx, rule, as_of, cal)
-        ids, rule_skipped = rows
+        try:
+            # A savepoint: a rule that fails undoes its own claims only, never another
+            # rule's nor the licence claims of the same scan.
+            with tx.conn.transaction():
+                if rule.definition.trigger.due is not None:
+                    ids, rule_skipped = _claim_due(tx, rule, as_of, cal, failed)
+                else:
+                    ids, rule_skipped = _claim_turnaround(tx, rule, as_of, cal, failed)
+        except Exception as error:
+            failed.append(f"rule {rule.id}: {type(error).__name__}: {error}")
+            continue
         tx.claims_to_prepare.extend((rule.product, ledger_id) for ledger_id in ids)
         claimed += len(ids)
         skipped += rule_skipped
-    return TimeClaimCounts(claimed, skipped, cancelled)
+    return TimeClaimCounts(claimed, skipped, cancelled, tuple(failed))

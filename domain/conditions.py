@@ -32,8 +32,13 @@ from datetime import date
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from domain.json_input import NUMBER_WORDS, is_finite_number
+
 MAX_DEPTH = 5  # nested groups, the outermost counting as 1
 MAX_LEAVES = 50  # leaves in one tree
+# Nodes of one tree, groups and leaves together: a tree of 180,000 empty groups had no leaf
+# to count, and cost seconds to compile and a megabyte of scan statement.
+MAX_NODES = 100
 MAX_LIST_VALUES = 200  # items in the value list of in / not_in
 MAX_TEXT_VALUE = 1000  # characters of one string value
 
@@ -191,12 +196,22 @@ def _iso_date(v: object) -> date | None:
         return None
 
 
+def unholdable_number(value: object) -> bool:
+    """A number (or a list holding one) that no double holds: NaN, an infinity, an integer
+    past ±1.8e308 (a comparison with it would raise, and jsonb cannot store NaN)."""
+    if isinstance(value, list):
+        return any(unholdable_number(v) for v in value)
+    return _is_number(value) and not is_finite_number(value)
+
+
 def _value_problem(op: str, has_value: bool, value: object) -> str | None:
     """What is wrong with a leaf's value for its operator, or None."""
     if op in _NO_VALUE_OPS:
         return None if not has_value or value is None else f"{op} takes no value"
     if not has_value:
         return f"{op} needs a value"
+    if unholdable_number(value):
+        return NUMBER_WORDS
     if isinstance(value, str) and len(value) > MAX_TEXT_VALUE:
         return f"a value is at most {MAX_TEXT_VALUE} characters"
     if op in EQUALITY_OPS or op in ("changed_to", "changed_from", "contains"):
@@ -240,8 +255,19 @@ def validate(tree: object, path: str = "conditions") -> list[PathError]:
     """Every error in a condition tree, each with its JSON path (empty: the tree is valid)."""
     errors: list[PathError] = []
     leaves = [0]
+    nodes = [0]
+
+    def counted(at: str) -> bool:
+        """Count a node; False once the tree holds too many (the rest is not walked)."""
+        nodes[0] += 1
+        if nodes[0] == MAX_NODES + 1:
+            errors.append(PathError(at, f"a tree holds at most {MAX_NODES} groups and conditions "
+                                        "together"))
+        return nodes[0] <= MAX_NODES
 
     def group(node: object, at: str, depth: int) -> None:
+        if not counted(at):
+            return
         if not isinstance(node, dict) or len(node) != 1 or next(iter(node)) not in ("all", "any"):
             errors.append(PathError(at, 'a group is an object with one key, "all" or "any"'))
             return
@@ -256,8 +282,10 @@ def validate(tree: object, path: str = "conditions") -> list[PathError]:
             where = f"{at}.{key}[{i}]"
             if isinstance(item, dict) and ("all" in item or "any" in item):
                 group(item, where, depth + 1)
-            else:
+            elif counted(where):
                 leaf(item, where)
+            if nodes[0] > MAX_NODES:
+                return
 
     def leaf(node: object, at: str) -> None:
         leaves[0] += 1
@@ -441,7 +469,9 @@ _Judge = Callable[[Mapping[str, object], Mapping[str, object]], "bool | None"]
 
 _TRUE: tuple[bool, str] = (True, "")
 _FALSE: tuple[bool, str] = (False, "")
-_COMPARE: dict[str, Callable[[float, float], bool]] = {
+# Numbers are compared as they are: Python compares an int with a float exactly, where
+# float() of a huge integer raised OverflowError (and rounded large integers).
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "less": operator.lt, "greater": operator.gt, "less_or_equal": operator.le,
     "greater_or_equal": operator.ge}
 
@@ -480,12 +510,12 @@ def leaf_test(op: str, expected: object) -> Test:
         texts = frozenset(expected)
         return lambda seen: _TRUE if type(seen) is str and seen in texts else _FALSE
     if op in _COMPARE and _is_number(expected):
-        compare, bound = _COMPARE[op], float(expected)  # type: ignore[arg-type]
+        compare, bound = _COMPARE[op], expected
 
         def ordered(seen: object) -> tuple[bool, str]:
             if type(seen) is bool or not isinstance(seen, _NUMBER):
                 return _apply(op, seen, False, expected)  # the type mismatch, with its reason
-            return _TRUE if compare(float(seen), bound) else _FALSE
+            return _TRUE if compare(seen, bound) else _FALSE
         return ordered
     if op in DATE_OPS and _iso_date(expected) is not None:
         day_bound = _iso_date(expected)
@@ -644,9 +674,7 @@ def _apply(op: str, seen: object, missing: bool, expected: object) -> tuple[bool
     if op in COMPARE_OPS:
         if not _is_number(seen):
             return False, f"type mismatch: {op} compares numbers, the fact holds {_kind(seen)}"
-        a, b = float(seen), float(expected)  # type: ignore[arg-type]
-        return {"less": a < b, "greater": a > b, "less_or_equal": a <= b,
-                "greater_or_equal": a >= b}[op], ""
+        return _COMPARE[op](seen, expected), ""
     if op in DATE_OPS:
         day, bound = _iso_date(seen), _iso_date(expected)
         if day is None or bound is None:

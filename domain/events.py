@@ -16,6 +16,7 @@ from typing import Any
 
 from domain.errors import InvalidInput
 from domain.identity import parse_instant, valid_email, valid_zone
+from domain.json_input import NUMBER_WORDS, is_finite_number
 
 EVENT_TYPES = ("created", "updated")
 BATCH_LIMIT = 500  # events in one batch request
@@ -23,6 +24,7 @@ ASSIGNEES_LIMIT = 100  # assignees of one subject
 FACTS_LIMIT = 500  # fields, form answers or hierarchy levels set by one event
 TEXT_LIMIT = 500  # characters of a title or a status
 VALUE_LIMIT = 10_000  # characters of one fact value, encoded as JSON
+VALUE_DEPTH_LIMIT = 16  # arrays and objects nested in one fact, change or metadata value
 
 CODE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # products, kinds, hierarchy levels (as the schema)
 TRIGGER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -147,29 +149,47 @@ class _Reader:
     def value(self, value: JsonValue, path: str) -> JsonValue:
         # A host calling record_event may hand in any Python object: only what JSON holds is
         # stored (a Decimal or a date would be written as a string and compare unequal later).
-        if not _is_json(value):
-            self.fail(path, "must be a JSON value (string, number, boolean, null, array, object) "
-                            f"without the NUL character, not {type(value).__name__}")
+        problem = _json_problem(value, path)
+        if problem is not None:
+            self.fail(*problem)
         elif len(repr(value)) > VALUE_LIMIT:
             self.fail(path, f"is larger than {VALUE_LIMIT} characters")
         return value
 
 
-_SCALARS = (str, int, bool, type(None))
+_NOT_JSON = ("must be a JSON value (string, number, boolean, null, array, object) "
+             "without the NUL character, not {}")
 
 
-def _is_json(value: object) -> bool:
-    if isinstance(value, str):
-        return NUL not in value
-    if isinstance(value, _SCALARS):
-        return True
-    if isinstance(value, float):
-        return value == value and value not in (float("inf"), float("-inf"))  # no NaN or Infinity in JSON
-    if isinstance(value, list):
-        return all(_is_json(item) for item in value)
-    if isinstance(value, dict):
-        return all(isinstance(key, str) and NUL not in key and _is_json(item) for key, item in value.items())
-    return False
+def _json_problem(value: object, path: str) -> tuple[str, str] | None:
+    """The first thing that keeps a value from being stored and compared, at its own path:
+    a type JSON has not, the NUL character, a number no double holds (it would poison every
+    comparison of the subject), nesting deeper than VALUE_DEPTH_LIMIT. Walked without
+    recursion, so a value nested thousands deep costs no stack."""
+    pending: list[tuple[object, str, int]] = [(value, path, 0)]
+    while pending:
+        item, at, depth = pending.pop()
+        if isinstance(item, str):
+            if NUL in item:
+                return at, NUL_REFUSED
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int | float):
+            if not is_finite_number(item):
+                return at, NUMBER_WORDS
+        elif isinstance(item, list | dict):
+            if depth >= VALUE_DEPTH_LIMIT:
+                return at, f"nests arrays and objects more than {VALUE_DEPTH_LIMIT} deep"
+            if isinstance(item, list):
+                pending.extend((v, f"{at}[{n}]", depth + 1) for n, v in enumerate(item))
+                continue
+            for key, v in item.items():
+                if not isinstance(key, str) or NUL in key:
+                    return at, _NOT_JSON.format("an object with a key that is not a string")
+                pending.append((v, f"{at}.{key[:40]}", depth + 1))
+        else:
+            return at, _NOT_JSON.format(type(item).__name__)
+    return None
 
 
 def _json_type(value: object) -> str:

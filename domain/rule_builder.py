@@ -20,6 +20,7 @@ from domain.conditions import (
     SUBJECT_FACTS,
     PathError,
 )
+from domain.json_input import InvalidJson, load_json
 from domain.rule_diff import NO_VALUE_OPS, OP_WORDS
 
 TYPES = ("string", "number", "boolean", "date", "list")
@@ -154,11 +155,10 @@ def _tree(tree: Tree, types: Mapping[str, str | None], at: str,
           problems: list[PathError]) -> object:
     if tree.json_text is not None:
         try:
-            data: object = json.loads(tree.json_text)
-        except json.JSONDecodeError as error:
-            problems.append(PathError(at, f"not JSON: {error.msg} at line {error.lineno}"))
+            return load_json(tree.json_text, "the tree")
+        except InvalidJson as error:
+            problems.append(PathError(at, str(error)))
             return {"all": []}
-        return data
     leaves: list[dict[str, Any]] = []
     for row in tree.rows:
         if not row.fact and not row.value.strip():

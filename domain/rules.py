@@ -23,10 +23,12 @@ from domain.conditions import (
     facts_to_load,
     is_scalar,
     parse_fact,
+    unholdable_number,
     validate,
 )
 from domain.errors import InvalidInput
 from domain.identity import EMAIL_MAX_LENGTH, EMAIL_PATTERN
+from domain.json_input import NUMBER_WORDS
 from domain.obligations import (
     MAX_OFFSET,
     MAX_OFFSETS,
@@ -192,7 +194,7 @@ def rule_errors(data: object, template_check: TemplateCheck = check_with_sandbox
 
     if not isinstance(data, dict):
         return [PathError(path or "$", "a rule definition is a JSON object")]
-    errors: list[PathError] = []
+    errors: list[PathError] = _nul_errors(data, path)
 
     def err(key: str, message: str) -> None:
         errors.append(PathError(at(key), message))
@@ -224,6 +226,32 @@ def rule_errors(data: object, template_check: TemplateCheck = check_with_sandbox
     if "enabled" in data and not isinstance(data["enabled"], bool):
         err("enabled", "true or false")
     return errors
+
+
+NUL_REFUSED = "must not contain the NUL character (\\u0000): PostgreSQL cannot store it"
+
+
+def _nul_errors(data: object, path: str) -> list[PathError]:
+    """Every text (value or key) holding the NUL character, at its path: PostgreSQL's text
+    and jsonb cannot store it, so it is refused here rather than failing the statement.
+    Walked without recursion (a definition from Python may be nested anywhere)."""
+    errors: list[PathError] = []
+    pending: list[tuple[object, str]] = [(data, path)]
+    while pending:
+        value, at = pending.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                errors.append(PathError(at or "$", NUL_REFUSED))
+        elif isinstance(value, list):
+            pending.extend((v, f"{at}[{i}]") for i, v in enumerate(value))
+        elif isinstance(value, dict):
+            for key, v in value.items():
+                where = f"{at}.{key}" if at else str(key)
+                if isinstance(key, str) and "\x00" in key:
+                    errors.append(PathError(where.replace("\x00", "\\u0000"), NUL_REFUSED))
+                else:
+                    pending.append((v, where))
+    return sorted(errors, key=lambda e: e.path)
 
 
 def _trigger_errors(trigger: object, kind: object, at: str, errors: list[PathError]) -> None:
@@ -260,6 +288,8 @@ def _trigger_errors(trigger: object, kind: object, at: str, errors: list[PathErr
                 if not is_scalar(value):
                     errors.append(PathError(f"{at}.metadata.{key}",
                                             "a string, number, boolean or null to match"))
+                elif unholdable_number(value):
+                    errors.append(PathError(f"{at}.metadata.{key}", NUMBER_WORDS))
 
 
 def _time_trigger_errors(trigger: object, at: str, errors: list[PathError]) -> None:

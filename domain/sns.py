@@ -235,7 +235,10 @@ def parse_ses_event(body: dict[str, object]) -> SesEvent | None:
     except InvalidInput:
         return None
     message_id = mail.get("messageId")
-    if not isinstance(message_id, str) or not 0 < len(message_id) <= MAX_PROVIDER_ID_CHARS:
+    # SES's ids are printable ASCII; a control character (NUL above all, which PostgreSQL
+    # cannot store) makes the record one we do not track, not a failed statement.
+    if not isinstance(message_id, str) or not 0 < len(message_id) <= MAX_PROVIDER_ID_CHARS \
+            or not message_id.isprintable():
         return None
     event_type = _EVENT_TYPES[str(kind)]
     bounce = body.get("bounce") if isinstance(body.get("bounce"), dict) else {}
@@ -252,7 +255,7 @@ def parse_ses_event(body: dict[str, object]) -> SesEvent | None:
         return None
     return SesEvent(tenant, int(delivery), event_type, message_id, occurred,
                     bounce.get("bounceType") == "Permanent",
-                    None if detail is None else detail[:MAX_DETAIL_CHARS])
+                    None if detail is None else detail.replace("\x00", "")[:MAX_DETAIL_CHARS])
 
 
 def _tag(tags: object, name: str) -> str | None:

@@ -4,9 +4,11 @@ A template is text a tenant admin typed, so it is treated as hostile input:
 - it sees only plain data (dicts, lists, strings, numbers, booleans) built from the facts
   by `template_context`; Liquid resolves `a.b` as an item lookup (`a["b"]`), never as a
   Python attribute, so `{{ field.__class__ }}` finds no key and renders nothing;
-- every render is bounded: loop iterations (counted across nested loops), output size,
-  the size of what `assign`/`capture` may hold, block nesting (checked when parsing) and
-  template source length; reaching a limit stops the render at that point and refuses it;
+- every render is bounded as a whole (domain/template_limits.py): loop iterations of all its
+  loops together, the length of any range or sequence a filter builds (a range is refused
+  before it is built), output size, what `assign`/`capture` may hold, wall time; block
+  nesting and source length are checked when parsing. Reaching a limit stops the render at
+  that point and refuses it (TemplateTooCostly);
 - `include`/`render` find no templates (there is no loader), so nothing can be pulled in.
 An undefined name renders as empty text (Liquid's default): a notice about a subject that
 lacks a field reads "Amount: " rather than failing, the same way a missing fact is a
@@ -16,24 +18,45 @@ renders completely or not at all.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from functools import lru_cache
-from typing import ClassVar
 
-from liquid import BoundTemplate, Environment
-from liquid.exceptions import LiquidError, ResourceLimitError
+from liquid import BoundTemplate
+from liquid.exceptions import (
+    LiquidError,
+    LocalNamespaceLimitError,
+    LoopIterationLimitError,
+    OutputStreamLimitError,
+    ResourceLimitError,
+)
 
 from domain.errors import TocsinError
+from domain.template_limits import (
+    MAX_LOCALS_SIZE,
+    MAX_LOOP_ITERATIONS,
+    MAX_OUTPUT_CHARS,
+    Budget,
+    Clock,
+    SandboxContext,
+    SandboxEnvironment,
+    SandboxOutput,
+    bound_ranges,
+)
 
 MAX_TEMPLATE_CHARS = 10_000  # characters of template source
-MAX_OUTPUT_CHARS = 20_000  # characters a render may write
-MAX_LOOP_ITERATIONS = 1_000  # iterations of all loops of one render together
-MAX_LOCALS_SIZE = 20_000  # python-liquid's size estimate of what assign/capture hold
-MAX_BLOCK_NESTING = 12  # blocks inside blocks, checked when parsing
-MAX_CONTEXT_DEPTH = 5  # nested render contexts (include/render; none can be found here)
 MAX_VALUE_DEPTH = 8  # nesting of the data handed to a template (lists and dicts)
+
+# What a rule's notice says when its own template is refused at send time: the notice
+# still goes out (the claim is the evidence; an admin is told on Needs attention), in
+# words that only read what every subject has.
+DEFAULT_TITLE = "{{ rule.name }}: {{ subject.kind }} {{ subject.external_id }}"
+DEFAULT_BODY = ("The rule \"{{ rule.name }}\" fired for {{ subject.kind }} {{ subject.external_id }}"
+                "{% if subject.title and subject.title != '' %} ({{ subject.title }}){% endif %}.\n\n"
+                "Its own template could not be rendered for this notice, so this is the standard "
+                "text; an administrator can see why on the Needs attention page.")
 
 
 class TemplateRefused(TocsinError):
@@ -45,25 +68,29 @@ class TemplateRefused(TocsinError):
         self.reason = reason
 
 
-class _Sandbox(Environment):
-    # python-liquid reads its limits from class variables.
-    loop_iteration_limit: ClassVar[int | None] = MAX_LOOP_ITERATIONS
-    output_stream_limit: ClassVar[int | None] = MAX_OUTPUT_CHARS
-    local_namespace_limit: ClassVar[int | None] = MAX_LOCALS_SIZE
-    block_nesting_limit: ClassVar[int] = MAX_BLOCK_NESTING
-    context_depth_limit: ClassVar[int] = MAX_CONTEXT_DEPTH
+class TemplateTooCostly(TemplateRefused):
+    """The render reached one of the sandbox's limits (iterations, a range or sequence,
+    output, memory, time): refused at save time when a dry render reaches it."""
 
 
 # One shared environment: strict mode (errors raise, never warn), no loader, no globals,
 # no autoescape (the notice is plain text; the portal's own templates escape it on display).
-_ENV = _Sandbox()
+_ENV = SandboxEnvironment()
+
+
+# What python-liquid's own limit errors leave unsaid: the limit, in the admin's terms.
+_LIMIT_WORDS: dict[type[LiquidError], str] = {
+    LoopIterationLimitError: f"a template's loops may run at most {MAX_LOOP_ITERATIONS} times in all",
+    OutputStreamLimitError: f"a template may write at most {MAX_OUTPUT_CHARS} characters",
+    LocalNamespaceLimitError: f"assign and capture may hold at most about {MAX_LOCALS_SIZE} bytes",
+}
 
 
 def _reason(error: LiquidError) -> str:
     message = str(error.message) if error.message is not None else type(error).__name__
-    if isinstance(error, ResourceLimitError):
-        message = f"{message} (a template may loop at most {MAX_LOOP_ITERATIONS} times and " \
-                  f"write at most {MAX_OUTPUT_CHARS} characters)"
+    words = _LIMIT_WORDS.get(type(error))
+    if words is not None and ":" not in message:
+        message = f"{message}: {words}"
     token = error.token
     if token is None or token.start_index < 0:
         return message
@@ -81,16 +108,22 @@ def _parse(text: str) -> BoundTemplate:
         raise TemplateRefused(f"the template is {len(text)} characters long; "
                               f"keep it under {MAX_TEMPLATE_CHARS}")
     try:
-        return _ENV.from_string(text)
+        template = _ENV.from_string(text)
+        bound_ranges(template)
+    except ResourceLimitError as error:
+        raise TemplateTooCostly(_reason(error)) from None
     except LiquidError as error:
         raise TemplateRefused(_reason(error)) from None
     except RecursionError:
         raise TemplateRefused("the template nests too deeply") from None
+    return template
 
 
 def check(text: str) -> list[str]:
     """Why this template cannot be saved (empty: it parses within the limits). For
-    validation on save: a rule whose template would be refused at send time is refused now."""
+    validation on save: a rule whose template would be refused at send time is refused now.
+    A dry render against a sample subject (db/template_preview.py) adds the limits only a
+    render reaches."""
     try:
         _parse(text)
     except TemplateRefused as refused:
@@ -98,15 +131,24 @@ def check(text: str) -> list[str]:
     return []
 
 
-def render(text: str, context: Mapping[str, object]) -> str:
-    """The rendered text, or TemplateRefused: a template renders completely or not at all.
-    ``context`` must hold plain data only (see template_context)."""
+def render(text: str, context: Mapping[str, object], *, clock: Clock = time.monotonic) -> str:
+    """The rendered text, or TemplateRefused (TemplateTooCostly past a limit): a template
+    renders completely or not at all. ``context`` must hold plain data only (see
+    template_context). ``clock`` times the render (a test's clock can make it run out)."""
     template = _parse(text)
+    budget = Budget(clock)
+    sandbox = SandboxContext(template, globals=template.make_globals(_plain(context, 0)), budget=budget)
+    output = SandboxOutput(budget)
     try:
-        return str(template.render(**_plain(context, 0)))
+        template.render_with_context(sandbox, output)
+        return output.getvalue()
+    except ResourceLimitError as error:
+        raise TemplateTooCostly(_reason(error)) from None
     except LiquidError as error:
         raise TemplateRefused(_reason(error)) from None
-    except (RecursionError, MemoryError, ArithmeticError, TypeError, ValueError) as error:
+    except (RecursionError, MemoryError) as error:
+        raise TemplateTooCostly(f"the template could not be rendered: {type(error).__name__}") from None
+    except (ArithmeticError, TypeError, ValueError) as error:
         # A filter given something odd (a huge number, a wrong type) in a way Liquid does
         # not translate itself: refused like any other render error.
         raise TemplateRefused(f"the template could not be rendered: {type(error).__name__}") from None

@@ -27,7 +27,7 @@ from portal.http_latency import HttpLatency
 from portal.live import InboxListener
 from portal.metrics import WebCollector
 from portal.openapi import api_documentation
-from portal.ratelimit import ApiKeyRateLimit, LoginThrottle, PasswordChecks
+from portal.ratelimit import ApiKeyFailures, ApiKeyRateLimit, LoginThrottle, PasswordChecks
 from portal.redaction import install_log_redaction
 from portal.routes import (
     api_keys,
@@ -158,7 +158,10 @@ def create_app(
                      "queue_inspector": inspector, "metrics_registry": metrics_registry,
                      events_api.RATE_LIMIT: ApiKeyRateLimit.from_url(
                          settings.redis_url, settings.dramatiq_namespace,
-                         portal_settings.api_events_per_minute),
+                         portal_settings.api_events_per_minute,
+                         portal_settings.api_tenant_events_per_minute),
+                     events_api.KEY_FAILURES: ApiKeyFailures.from_url(
+                         settings.redis_url, settings.dramatiq_namespace),
                      "password_checks": PasswordChecks(
                          portal_settings.password_checks_at_once,
                          portal_settings.password_check_wait_seconds)}),

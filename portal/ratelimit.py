@@ -133,47 +133,118 @@ class PasswordChecks:
             self._turns.release()
 
 
-# KEYS[1]: the key's counter for this window. ARGV: events asked for, the limit per window,
-# the window in seconds. Counts the events and answers 0, or counts nothing and answers the
-# seconds until the window ends. The window starts with its first request.
+# KEYS: the key's and the tenant's counters for this window. ARGV: events asked for, the
+# key's and the tenant's limits per window, the window in seconds. Counts the events against
+# both and answers 0, or counts nothing and answers the seconds until the window that is
+# full ends. Each window starts with its first request.
 _SPEND = """
-local n = redis.call('INCRBY', KEYS[1], ARGV[1])
-if n == tonumber(ARGV[1]) then
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
+local wait = 0
+for i, key in ipairs(KEYS) do
+  local n = tonumber(redis.call('GET', key) or '0')
+  if n + tonumber(ARGV[1]) > tonumber(ARGV[i + 1]) then
+    local ttl = redis.call('TTL', key)
+    if ttl < 1 then
+      ttl = tonumber(ARGV[4])
+    end
+    wait = math.max(wait, ttl)
+  end
 end
-if n > tonumber(ARGV[2]) then
-  redis.call('DECRBY', KEYS[1], ARGV[1])
+if wait > 0 then
+  return wait
+end
+for _, key in ipairs(KEYS) do
+  if redis.call('INCRBY', key, ARGV[1]) == tonumber(ARGV[1]) then
+    redis.call('EXPIRE', key, ARGV[4])
+  end
+end
+return 0
+"""
+
+API_WINDOW_SECONDS = 60  # seconds of one rate-limit window of an API key and of a tenant
+
+
+class ApiKeyRateLimit:
+    """Events each API key may send per minute, and each tenant with all its keys together
+    (a batch counts every event), counted in Redis in one atomic step, so every web process
+    shares one count per key and per tenant: a tenant cannot take the intake every tenant
+    shares by making more keys. A flushed Redis only forgets the current minute."""
+
+    def __init__(self, client: redis.Redis, namespace: str, per_minute: int,
+                 tenant_per_minute: int) -> None:
+        self._spend = client.register_script(_SPEND)
+        self._namespace = namespace
+        self.per_minute = per_minute
+        self.tenant_per_minute = tenant_per_minute
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str, per_minute: int,
+                 tenant_per_minute: int) -> ApiKeyRateLimit:
+        return cls(redis.Redis.from_url(url), namespace, per_minute, tenant_per_minute)
+
+    def spend(self, api_key_id: int, tenant_slug: str, events: int) -> None:
+        """Count ``events`` against the key and its tenant, or raise Busy (429) saying which
+        limit was reached and when to try again."""
+        keys = [f"{self._namespace}:api-rate:{api_key_id}",
+                f"{self._namespace}:api-rate-tenant:{tenant_slug}"]
+        wait = int(self._spend(keys=keys, args=[events, self.per_minute, self.tenant_per_minute,
+                                                API_WINDOW_SECONDS]))
+        if wait > 0:
+            raise Busy(f"this API key may send {self.per_minute} events a minute, and its "
+                       f"organisation's keys {self.tenant_per_minute} together; try again in "
+                       f"{wait} seconds", retry_after=wait, own_share=True)
+
+
+API_KEY_FAILURES = 30  # wrong or revoked API keys one address may present per window
+API_KEY_FAILURE_WINDOW_SECONDS = 15 * 60  # seconds each address's count lives, from its first failure
+
+# KEYS[1]: the address's count of failed keys. ARGV: the limit, the window in seconds.
+# Answers the seconds to wait when the address is over its limit, else 0 (nothing counted:
+# only a failure is, by _FAIL).
+_CHECK = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') >= tonumber(ARGV[1]) then
   local ttl = redis.call('TTL', KEYS[1])
   if ttl < 1 then
-    redis.call('EXPIRE', KEYS[1], ARGV[3])
-    ttl = tonumber(ARGV[3])
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    ttl = tonumber(ARGV[2])
   end
   return ttl
 end
 return 0
 """
+_FAIL = """
+if redis.call('INCR', KEYS[1]) == 1 then
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+end
+return 0
+"""
 
-API_WINDOW_SECONDS = 60  # seconds of one rate-limit window of an API key
 
+class ApiKeyFailures:
+    """Wrong or revoked API keys, counted per client address in Redis: past
+    API_KEY_FAILURES in a window the address is refused (429) before its key is even looked
+    up, so guessing keys costs the database nothing and gets no answers. A right key clears
+    nothing (a guesser that owns one key must not reset its count with it). Addresses as
+    portal/client_address.py sees them (TRUSTED_PROXIES)."""
 
-class ApiKeyRateLimit:
-    """Events each API key may send per minute (a batch counts every event), counted in
-    Redis in one atomic step, so every web process shares one count per key. A flushed
-    Redis only forgets the current minute."""
-
-    def __init__(self, client: redis.Redis, namespace: str, per_minute: int) -> None:
-        self._spend = client.register_script(_SPEND)
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self._check = client.register_script(_CHECK)
+        self._fail = client.register_script(_FAIL)
         self._namespace = namespace
-        self.per_minute = per_minute
 
     @classmethod
-    def from_url(cls, url: str, namespace: str, per_minute: int) -> ApiKeyRateLimit:
-        return cls(redis.Redis.from_url(url), namespace, per_minute)
+    def from_url(cls, url: str, namespace: str) -> ApiKeyFailures:
+        return cls(redis.Redis.from_url(url), namespace)
 
-    def spend(self, api_key_id: int, events: int) -> None:
-        """Count ``events`` against the key, or raise Busy (429) saying when to try again."""
-        wait = int(self._spend(keys=[f"{self._namespace}:api-rate:{api_key_id}"],
-                               args=[events, self.per_minute, API_WINDOW_SECONDS]))
+    def _key(self, address: str) -> str:
+        return f"{self._namespace}:api-key-failures:{address}"
+
+    def check(self, address: str) -> None:
+        """Raise Busy (429) when this address presented too many wrong keys lately."""
+        wait = int(self._check(keys=[self._key(address)],
+                               args=[API_KEY_FAILURES, API_KEY_FAILURE_WINDOW_SECONDS]))
         if wait > 0:
-            raise Busy(f"this API key may send {self.per_minute} events a minute; try again in "
-                       f"{wait} seconds", retry_after=wait, own_share=True)
+            raise Busy(f"too many wrong API keys from this address; try again in {wait} seconds",
+                       retry_after=wait, own_share=True)
+
+    def record_failure(self, address: str) -> None:
+        self._fail(keys=[self._key(address)], args=[API_KEY_FAILURE_WINDOW_SECONDS])

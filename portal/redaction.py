@@ -1,25 +1,39 @@
-"""Secret path segments kept out of every log line: an invitation or unsubscribe link's
-token is enough to accept the invitation or unsubscribe its user, and access logs record
-paths. Installed as the process's log-record factory, so it covers uvicorn's access log,
-our own loggers and any handler added later, whatever formats the line."""
+"""Secrets kept out of every log line: an invitation or unsubscribe link's token is enough
+to accept the invitation or unsubscribe its user, and an API key sent as `?api_key=` (which
+the events API refuses, but only after the access log has the URL) is enough to send events
+as its tenant; access logs record paths and query strings. Installed as the process's
+log-record factory, so it covers uvicorn's access log, our own loggers and any handler
+added later, whatever formats the line."""
 
 from __future__ import annotations
 
 import logging
 import re
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 REDACTED = "[redacted]"
 # The path segment after /invitations/ or /unsubscribe/ (also percent-encoded slashes).
 SECRET_SEGMENT = re.compile(r"(/(?:invitations|unsubscribe)(?:/|%2f))[^/?#\s\"']+", re.IGNORECASE)
+# Query parameters that carry a credential, by name (any case; `_` also percent-encoded).
+SECRET_QUERY_NAMES = ("api_key", "apikey", "api-key", "key", "token", "access_token")
+_NAME = r"(?:api(?:_|%5f|-)?key|key|(?:access(?:_|%5f))?token)"
+# The value of such a parameter: after ? or & (also &amp; in HTML, and percent-encoded).
+SECRET_PARAMETER = re.compile(rf"((?:[?&]|&amp;|%3f|%26){_NAME}(?:=|%3d))[^&#\s\"']*", re.IGNORECASE)
 
 _lock = threading.Lock()
 _installed = False
 
 
 def redact(text: str) -> str:
-    return SECRET_SEGMENT.sub(lambda m: m.group(1) + REDACTED, text)
+    text = SECRET_SEGMENT.sub(lambda m: m.group(1) + REDACTED, text)
+    return SECRET_PARAMETER.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def secret_query_names(names: Iterable[str]) -> list[str]:
+    """The query parameters among these (decoded) names that carry a credential."""
+    return [n for n in names if n.lower() in SECRET_QUERY_NAMES]
 
 
 def _redacted(value: Any) -> Any:

@@ -20,6 +20,7 @@ INBOX_STREAM_DEFAULT = 10 * 60  # seconds an inbox event stream lives before the
 INBOX_STREAM_MAXIMUM = 60 * 60
 API_EVENTS_PER_MINUTE_DEFAULT = 60_000  # events per API key per minute (a batch counts each)
 API_EVENTS_PER_MINUTE_MINIMUM = 500  # one full batch must fit in a minute
+API_TENANT_EVENTS_PER_MINUTE_DEFAULT = 120_000  # events per tenant per minute, all its keys together
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class PortalSettings:
     # Where the ledger exports read (a read replica), when not DATABASE_URL; may hold a password.
     evidence_database_url: str | None = field(default=None, repr=False)
     api_events_per_minute: int = API_EVENTS_PER_MINUTE_DEFAULT  # events one API key may send a minute
+    # events one tenant's keys may send a minute together
+    api_tenant_events_per_minute: int = API_TENANT_EVENTS_PER_MINUTE_DEFAULT
 
 
 def _env_switch(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -80,6 +83,9 @@ def load_portal_settings(portal_url: str, env: Mapping[str, str] | None = None) 
         evidence_database_url=_evidence_database_url(env),
         api_events_per_minute=env_int(env, "API_EVENTS_PER_MINUTE", API_EVENTS_PER_MINUTE_DEFAULT,
                                       minimum=API_EVENTS_PER_MINUTE_MINIMUM),
+        api_tenant_events_per_minute=env_int(env, "API_TENANT_EVENTS_PER_MINUTE",
+                                             API_TENANT_EVENTS_PER_MINUTE_DEFAULT,
+                                             minimum=API_EVENTS_PER_MINUTE_MINIMUM),
     )
 
 

@@ -226,7 +226,10 @@ def cmd_scan(args: argparse.Namespace) -> None:
         c, t = r.counts, r.time
         _out(f"[{index}/{len(slugs)}] {slug}: claimed {c.claimed}, skipped {c.skipped}, "
              f"expired {c.expired}, closed {c.closed}, emails enqueued {r.enqueued}; "
-             f"time rules: claimed {t.claimed}, skipped {t.skipped}, cancelled {t.cancelled}")
+             f"time rules: claimed {t.claimed}, skipped {t.skipped}, cancelled {t.cancelled}"
+             + (f", failed {len(t.failed)}" if t.failed else ""))
+        for failure in t.failed:
+            _out(f"    failed alone (the rest of the scan went on): {failure}")
 
 
 def cmd_ledger(args: argparse.Namespace) -> None:
@@ -508,6 +511,11 @@ def build_parser() -> Parser:
     return parser
 
 
+def _one_line(error: BaseException) -> str:
+    """An error as one line (a message may quote input holding line breaks)."""
+    return " ".join(str(error).split())
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from db.errors import DatabaseUnavailable
@@ -517,10 +525,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         args.handler(args)
     except (DatabaseUnavailable, QueuesUnavailable, ServiceError) as error:
-        print(f"tocsin: error: {error}", file=sys.stderr)
+        print(f"tocsin: error: {_one_line(error)}", file=sys.stderr)
         sys.exit(EXIT_UNAVAILABLE)
     except (TocsinError, ConfigError) as error:
-        print(f"tocsin: error: {error}", file=sys.stderr)
+        print(f"tocsin: error: {_one_line(error)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         sys.exit(130)

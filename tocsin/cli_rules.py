@@ -22,6 +22,7 @@ from typing import Any
 
 from domain.errors import InvalidInput
 from domain.identity import valid_slug
+from domain.json_input import load_json
 
 Command = Callable[..., argparse.ArgumentParser]
 
@@ -31,15 +32,15 @@ def _out(line: str = "") -> None:
 
 
 def _read_json(name: str) -> Any:
-    """A JSON document from a file, or from stdin for '-'."""
+    """A JSON document from a file, or from stdin for '-' (domain/json_input.py: nesting
+    checked before parsing; a number no double holds is refused by validation, at its path)."""
     try:
         text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
     except OSError as error:
         raise InvalidInput(f"cannot read {name}: {error.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidInput(f"{'stdin' if name == '-' else name} is not JSON: {error}") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{name} is not UTF-8 text") from None
+    return load_json(text, "stdin" if name == "-" else name)
 
 
 def _product(text: str | None) -> str | None:

@@ -1,12 +1,14 @@
 """The events API: `POST /api/v1/events` and `POST /api/v1/events/batch` (up to 500).
 
 Authenticated by `Authorization: Bearer <key>` (a tenant API key; the key alone decides the
-tenant), never by a session, and outside CSRF (no cookie is involved). Answers are JSON:
-201 with the recorded ids; 400 for a body that is not JSON; 401 for a missing, wrong or
-revoked key; 422 naming the path of every problem (a batch is all or nothing); 429 with
-Retry-After over the key's rate. `Idempotency-Key` makes a request safe to repeat: the same
-request is answered as the first time (header `Idempotent-Replayed: true`), a different one
-under the same key is refused (422).
+tenant), never by a session, and outside CSRF (no cookie is involved); a key sent in the
+query string is refused (URLs end up in logs). Answers are JSON: 201 with the recorded ids;
+400 for a body that is not JSON, nests deeper than MAX_JSON_DEPTH (checked before it is
+parsed) or holds a number out of range; 401 for a missing, wrong or revoked key; 422 naming
+the path of every problem (a batch is all or nothing); 429 with Retry-After over the key's
+or the tenant's rate, or after too many wrong keys from one address. `Idempotency-Key` makes
+a request safe to repeat: the same request is answered as the first time (header
+`Idempotent-Replayed: true`), a different one under the same key is refused (422).
 """
 
 from __future__ import annotations
@@ -34,16 +36,23 @@ from db.events import record_events
 from db.tenancy import tenant_tx
 from domain.errors import Busy, InvalidInput, NotFound
 from domain.events import BATCH_LIMIT, EventIn, InvalidEvents, Problem, parse_batch, parse_event
+from domain.json_input import MAX_JSON_DEPTH, NUMBER_WORDS, InvalidJson, body_problem
 from portal.auth import PUBLIC, UnknownParameter
-from portal.ratelimit import ApiKeyRateLimit
+from portal.client_address import client_address
+from portal.ratelimit import ApiKeyFailures, ApiKeyRateLimit
+from portal.redaction import secret_query_names
+from portal.settings import PortalSettings
 
 log = logging.getLogger("tocsin.events_api")
 
 CALLER = "tocsin.api_key"  # connection-state key of the request's CallerKey
 RATE_LIMIT = "api_rate_limit"  # app-state key of the ApiKeyRateLimit
+KEY_FAILURES = "api_key_failures"  # app-state key of the ApiKeyFailures
 EVENT_MAX_BODY = 256 * 1024  # bytes of one event's body
 BATCH_MAX_BODY = 4 * 1024 * 1024  # bytes of a batch of 500 events
 BEARER = "bearer"  # the OpenAPI security scheme's name
+KEY_IN_QUERY = ("an API key is never sent in the URL (URLs are written to logs and proxies): send "
+                "it as the header `Authorization: Bearer <key>`, and revoke a key that was sent so")
 
 EVENT_DOC = """One event about a subject of a product:
 
@@ -90,15 +99,41 @@ class KeyRefused(Exception):
     """No key, or not a live one."""
 
 
+async def refuse_hostile_json(request: Request[Any, Any, Any]) -> None:
+    """The router's before-request hook, after the key's guard and before the body is
+    parsed: a body nested deeper than MAX_JSON_DEPTH (the parser, and every walk of what it
+    returns, recurses once per level) or holding NaN or Infinity is refused with a plain
+    message. Judged in a thread: a 4 MiB body is a tenth of a second of scanning the event
+    loop must not wait for."""
+    body = await request.body()
+    problem = await anyio.to_thread.run_sync(body_problem, body)
+    if problem is not None:
+        raise InvalidJson(problem)
+
+
 async def requires_api_key(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
-    """The router's guard, before the body is read: the bearer key must be a live one."""
+    """The router's guard, before the body is read: the bearer key must be a live one. An
+    address that presented too many wrong keys lately is refused before its key is looked
+    up (portal/ratelimit.py ApiKeyFailures)."""
     scheme, _, key = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise KeyRefused("send your API key as `Authorization: Bearer <key>`")
-    caller = await anyio.to_thread.run_sync(recognise_key, key.strip())
+    settings: PortalSettings = connection.app.state.portal_settings
+    address = client_address(connection.client.host if connection.client else None,
+                             connection.headers.get("x-forwarded-for"), settings.trusted_proxies)
+    failures: ApiKeyFailures = connection.app.state[KEY_FAILURES]
+    caller = await anyio.to_thread.run_sync(_recognised, key.strip(), address, failures)
     if caller is None:
         raise KeyRefused("this API key is not valid (wrong, or revoked)")
     connection.state[CALLER] = caller
+
+
+def _recognised(key: str, address: str, failures: ApiKeyFailures) -> CallerKey | None:
+    failures.check(address)
+    caller = recognise_key(key)
+    if caller is None:
+        failures.record_failure(address)
+    return caller
 
 
 def _request_hash(path: str, data: object) -> str:
@@ -114,7 +149,7 @@ def _answer(request: Request[Any, Any, Any], data: object, events: list[EventIn]
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
         raise InvalidEvents([Problem("Idempotency-Key", "must be 1 to 255 characters")])
     limit: ApiKeyRateLimit = request.app.state[RATE_LIMIT]
-    limit.spend(caller.id, len(events))
+    limit.spend(caller.id, caller.tenant_slug, len(events))
 
     # Only a request that may be repeated needs its fingerprint.
     request_hash = "" if idempotency_key is None else _request_hash(request.url.path, data)
@@ -128,10 +163,13 @@ def _answer(request: Request[Any, Any, Any], data: object, events: list[EventIn]
 
 _ERRORS = {
     401: ResponseSpec(ErrorOut, description="No API key, or not a live one (wrong or revoked)"),
-    400: ResponseSpec(ErrorOut, description="The body is not JSON"),
+    400: ResponseSpec(ErrorOut, description=f"The body is not JSON, nests arrays and objects more than "
+                                            f"{MAX_JSON_DEPTH} deep, or holds NaN, Infinity or a number "
+                                            "out of range"),
     422: ResponseSpec(ErrorOut, description="Invalid events: every problem with its path; nothing "
                                             "is written. Also an Idempotency-Key reused for another request"),
-    429: ResponseSpec(ErrorOut, description="Over the key's rate: try again after Retry-After seconds"),
+    429: ResponseSpec(ErrorOut, description="Over the key's or its tenant's rate, or too many wrong keys "
+                                            "from this address: try again after Retry-After seconds"),
 }
 IdempotencyKey = Annotated[str | None, HeaderParameter(
     name="Idempotency-Key", required=False,
@@ -186,7 +224,11 @@ def api_error(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[
     if isinstance(exc, KeyRefused):
         return _error(401, "unauthorized", str(exc), {"WWW-Authenticate": 'Bearer realm="tocsin"'})
     if isinstance(exc, UnknownParameter):  # the portal's app-wide guard, before the key's
+        if secret_query_names(request.query_params.keys()):
+            return _error(400, "bad_request", KEY_IN_QUERY)
         return _error(400, "bad_request", f"unknown query parameter: {exc}")
+    if isinstance(exc, InvalidJson):
+        return _error(400, "bad_request", str(exc))
     if isinstance(exc, InvalidEvents):
         return _error(422, "invalid", str(exc), problems=exc.problems)
     if isinstance(exc, InvalidInput):
@@ -201,6 +243,9 @@ def api_error(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[
     if isinstance(exc, HTTPException) and exc.status_code == 413:
         return _error(413, "too_large", "the body is larger than this endpoint takes")
     if isinstance(exc, HTTPException) and 400 <= exc.status_code < 500:
+        if "out of range" in str(exc.detail):  # msgspec's words for 1e999 or 5,000 digits
+            return _error(exc.status_code, "bad_request", f"the body holds a number out of range: "
+                                                          f"{NUMBER_WORDS}")
         return _error(exc.status_code, "bad_request", str(exc.detail))
     reference = secrets.token_hex(4).upper()
     log.error("events API error %s on %s %s", reference, request.method, request.url.path, exc_info=exc)
@@ -215,5 +260,6 @@ SECURITY_COMPONENTS = Components(security_schemes={
 
 router = Router(
     path="/api/v1", route_handlers=[record_event_request, record_batch_request],
-    guards=[requires_api_key], opt={PUBLIC: True}, exception_handlers={Exception: api_error},
+    guards=[requires_api_key], before_request=refuse_hostile_json, opt={PUBLIC: True},
+    exception_handlers={Exception: api_error},
 )

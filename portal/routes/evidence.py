@@ -20,6 +20,7 @@ from db.evidence import (
     LedgerStatus,
     attempts_for,
     csv_lines,
+    defaulted_notices,
     failed_preparations,
     iter_ledger,
     ledger_page,
@@ -145,13 +146,14 @@ def needs_attention(
         troubled = troubled_deliveries(tx)
         reviews = reviews_of(tx, [d.delivery_id for d in troubled])
         unprepared = failed_preparations(tx)
+        defaulted = defaulted_notices(tx)
         unread = unread_count(tx, viewer.user.id)
         liveness = tenant_liveness(last_runs(tx), settings.sweep_interval_seconds)
     return Template(
         "attention.html",
         context={"viewer": viewer, "unread": unread, "section": "evidence", "stuck": stuck,
                  "troubled": troubled, "reviews": reviews, "unprepared": unprepared,
-                 "liveness": liveness, "notice": DECIDED.get(done or ""),
+                 "defaulted": defaulted, "liveness": liveness, "notice": DECIDED.get(done or ""),
                  "policy": viewer.tenant.unknown_outcome_policy},
     )
 

@@ -33,6 +33,7 @@ from db.rules import (
 )
 from db.tenancy import TenantTx, tenant_tx
 from domain.errors import Conflict, Forbidden, InvalidInput
+from domain.json_input import InvalidJson, load_json
 from domain.rule_diff import describe_trigger, diff_rules
 from domain.rules import CODE, InvalidRule
 from portal.auth import CurrentViewer, Viewer
@@ -184,9 +185,9 @@ def export_rules_json(viewer: CurrentViewer, product: Product_ = "") -> Response
 def _import(viewer: Viewer, text: str) -> tuple[str | None, list[str]]:
     """The import's report line, or the errors of a refused import (nothing saved)."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        return None, [f"the file is not JSON: {error.msg} at line {error.lineno}, column {error.colno}"]
+        data = load_json(text, "the file")
+    except InvalidJson as error:
+        return None, [str(error)]
     try:
         with tenant_tx(viewer.tenant.slug) as tx:
             report = import_rules(tx, data, viewer.user.email)

@@ -66,9 +66,12 @@ def people(tenant: Tenant) -> People:
 
 
 def forget_sign_in_failures() -> None:
-    """Each test starts with no failed sign-ins counted (they live in the shared Redis)."""
-    client = redis.Redis.from_url(load_settings().redis_url)
-    keys = list(client.scan_iter(f"{THROTTLE_PREFIX}:*"))
+    """Each test starts with no failed sign-ins and no wrong API keys counted (they live in
+    the shared Redis, by address: every test client is the same one)."""
+    settings = load_settings()
+    client = redis.Redis.from_url(settings.redis_url)
+    keys = [*client.scan_iter(f"{THROTTLE_PREFIX}:*"),
+            *client.scan_iter(f"{settings.dramatiq_namespace}:api-key-failures:*")]
     if keys:
         client.delete(*keys)
 

@@ -15,9 +15,11 @@ from litestar.testing import TestClient
 from db.api_keys import create_api_key, revoke_api_key
 from db.tenancy import Tenant
 from portal.app import create_app
+from portal.ratelimit import API_KEY_FAILURE_WINDOW_SECONDS, API_KEY_FAILURES
 from portal.settings import load_portal_settings
 from tests.integration.builders import run_concurrently
 from tests.integration.intake_support import Desk, case_event, events_of, fraud_desk
+from tests.integration.portal_support import forget_sign_in_failures
 from tests.support.portal_server import serve_portal
 from tocsin.client import TocsinApiError, TocsinClient
 from tocsin.config import load_settings
@@ -37,6 +39,7 @@ def key(desk: Desk) -> str:
 
 @pytest.fixture
 def api() -> Iterator[ApiClient]:
+    forget_sign_in_failures()  # wrong keys are counted per address: every test client shares one
     with TestClient(app=create_app()) as client:
         yield client
 
@@ -137,7 +140,7 @@ def test_the_nul_character_postgresql_cannot_store_is_refused_naming_each_path(
     response = api.post("/api/v1/events", headers=bearer(key), json=event)
     assert response.status_code == 422, response.text
     assert sorted(p["path"] for p in response.json()["problems"]) == [
-        "metadata.k\x00", "subject.fields.note", "subject.hierarchy.region", "subject.title"]
+        "metadata.k\x00", "subject.fields.note[0]", "subject.hierarchy.region", "subject.title"]
     assert events_of(desk.tenant) == []
 
 
@@ -239,6 +242,44 @@ def test_a_key_over_its_rate_is_told_when_to_come_back(desk: Desk, key: str) -> 
     assert response.status_code == 429
     assert 1 <= int(response.headers["Retry-After"]) <= 60
     assert len(events_of(desk.tenant)) == 500
+
+
+def test_a_tenants_keys_together_are_held_to_the_tenants_rate(
+        desk: Desk, key: str, make_tenant: Callable[..., Tenant]) -> None:
+    other = fraud_desk(make_tenant())
+    other_key = create_api_key(other.tenant.slug, "other host")[1]
+    second_key = create_api_key(desk.tenant.slug, "second system")[1]  # same tenant, fresh key
+    settings = load_settings()
+    limits = replace(load_portal_settings(settings.portal_url), api_events_per_minute=500,
+                     api_tenant_events_per_minute=600)
+    with TestClient(app=create_app(settings, limits)) as api:
+        batch = {"events": [case_event(f"C-{n}") for n in range(400)]}
+        assert api.post("/api/v1/events/batch", headers=bearer(key), json=batch).status_code == 201
+        response = api.post("/api/v1/events/batch", headers=bearer(second_key), json=batch)
+        assert response.status_code == 429, response.text
+        assert "organisation's keys 600 together" in response.json()["message"]
+        assert 1 <= int(response.headers["Retry-After"]) <= 60
+        under = {"events": [case_event(f"D-{n}") for n in range(200)]}
+        assert api.post("/api/v1/events/batch", headers=bearer(second_key), json=under).status_code == 201
+        # Another tenant's share is its own.
+        assert api.post("/api/v1/events/batch", headers=bearer(other_key), json=batch).status_code == 201
+    assert len(events_of(desk.tenant)) == 600 and len(events_of(other.tenant)) == 400
+
+
+def test_wrong_keys_from_one_address_are_throttled_before_any_lookup(
+        api: ApiClient, desk: Desk, key: str) -> None:
+    for n in range(API_KEY_FAILURES):
+        wrong = api.post("/api/v1/events", headers=bearer(f"tsk_guess{n:04d}"), json=case_event())
+        assert wrong.status_code == 401, (n, wrong.text)
+        if n == API_KEY_FAILURES // 2:  # a right key in between clears nothing
+            assert api.post("/api/v1/events", headers=bearer(key), json=case_event("C-ok")).status_code == 201
+    throttled = api.post("/api/v1/events", headers=bearer("tsk_guess-more"), json=case_event())
+    assert throttled.status_code == 429
+    assert throttled.json()["message"].startswith("too many wrong API keys from this address")
+    assert 1 <= int(throttled.headers["Retry-After"]) <= API_KEY_FAILURE_WINDOW_SECONDS
+    # Refused before the lookup: from this address, a right key gets no answer either.
+    assert api.post("/api/v1/events", headers=bearer(key), json=case_event("C-2")).status_code == 429
+    assert [e["external_id"] for e in events_of(desk.tenant)] == ["C-ok"]
 
 
 def test_the_client_raises_a_clear_error_for_a_refusal(desk: Desk, key: str, tmp_path: Path) -> None:

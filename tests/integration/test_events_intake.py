@@ -77,7 +77,7 @@ def test_a_host_value_json_cannot_hold_is_refused_naming_its_path(desk: Desk) ->
             record_event(conn, desk.tenant.slug, event)
         conn.rollback()
     assert sorted(p.path for p in refused.value.problems) == [
-        "subject.fields.amount", "subject.fields.seen", "subject.forms.intake.ratio"]
+        "subject.fields.amount", "subject.fields.seen[0]", "subject.forms.intake.ratio"]
     assert "not Decimal" in str(refused.value)
     assert events_of(desk.tenant) == []
 

@@ -4,6 +4,7 @@ links are visited, and the tokens are absent from everything it wrote."""
 
 from __future__ import annotations
 
+import json
 import logging
 import urllib.error
 import urllib.request
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from db.api_keys import create_api_key
 from db.members import invite_member
 from db.tenancy import tenant_tx
 from domain.identity import Role
@@ -73,3 +75,44 @@ def test_redaction_covers_every_logger_and_argument_shape(caplog: pytest.LogCapt
     assert text.count(REDACTED) == 3
     assert redact("/invitations%2Fsecret.sig") == f"/invitations%2F{REDACTED}"
     assert redact("/inbox?id=3") == "/inbox?id=3"
+
+
+def _post_json(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=WAIT_LIMIT) as r:
+            return int(r.status), json.loads(r.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.parametrize("launcher", ["tocsin web", "uvicorn factory"])
+def test_an_api_key_sent_in_the_query_string_is_refused_and_never_logged(
+    people: People, tmp_path: Path, launcher: str
+) -> None:
+    key = create_api_key(people.tenant.slug, "careless host")[1]
+    log_path = tmp_path / "web.log"
+    with serve_portal(log_path, as_procfile=launcher == "tocsin web") as url:
+        for name in ("api_key", "key", "token", "API_KEY"):
+            status, answer = _post_json(f"{url}/api/v1/events?{name}={key}", {"product": "fraud"})
+            assert status == 400
+            assert "Authorization: Bearer <key>" in str(answer["message"])
+        assert _status(f"{url}/login?token={key}") == 400  # the portal's pages take no such option
+        assert _status(f"{url}/api/v1/events?x=1&access_token={key}", data=b"{}") == 400
+    log = log_path.read_text()
+    assert "/api/v1/events?api_key=[redacted]" in log  # the request was logged ...
+    assert key not in log and key.removeprefix("tsk_") not in log  # ... without its key
+
+
+def test_query_credentials_are_redacted_whatever_logs_them(caplog: pytest.LogCaptureFixture) -> None:
+    install_log_redaction()
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("uvicorn.access").info('%s - "%s %s HTTP/1.1" %d', "1.2.3.4", "POST",
+                                                 "/api/v1/events?api_key=tsk_secret1&x=2", 400)
+        logging.getLogger("tocsin.anything").warning("retrying /x?Token=secret2#frag")
+        logging.getLogger("tocsin.anything").warning("%(url)s", {"url": "/y?a=1&key=secret3"})
+    text = caplog.text
+    assert "secret1" not in text and "secret2" not in text and "secret3" not in text
+    assert "api_key=[redacted]&x=2" in text and "Token=[redacted]#frag" in text
+    assert redact("/a?monkey=1&keys=2&api%5Fkey=s") == "/a?monkey=1&keys=2&api%5Fkey=[redacted]"

@@ -198,8 +198,7 @@ def test_a_rule_notice_that_could_not_be_prepared_needs_attention(
 ) -> None:
     product = add_product(people.tenant)
     subject = add_subject(people.tenant, product, "C-404", title="Wire fraud in Hull")
-    rule = add_rule(people.tenant, product, "Big wire", recipients=[{"type": "assignees"}],
-                    title="{% for i in (1..100000000) %}{{ i }}{% endfor %}")
+    rule = add_rule(people.tenant, product, "Big wire", recipients=[{"type": "nobody"}])
     claim = fire(people.tenant, rule, subject)
     for _ in range(2):
         with pytest.raises(PreparationFailed) as failed, tenant_tx(people.tenant.slug) as tx:
@@ -211,8 +210,27 @@ def test_a_rule_notice_that_could_not_be_prepared_needs_attention(
 
     assert page.status_code == 200
     assert "Big wire" in page.text and "Wire fraud in Hull" in page.text and "fraud · case C-404" in page.text
-    assert "title template was refused: loop iteration limit reached" in page.text
+    assert "unknown recipient type" in page.text
     assert re.search(r"<span class=\"value\">2, the last on", page.text)
+
+
+def test_a_rule_notice_sent_with_the_default_template_needs_attention(
+    portal: PortalClient, people: People
+) -> None:
+    product = add_product(people.tenant)
+    subject = add_subject(people.tenant, product, "C-405", title="Card skimming in York")
+    rule = add_rule(people.tenant, product, "Skimming", recipients=[{"type": "assignees"}],
+                    title="{% for i in (1..100000000) %}{{ i }}{% endfor %}")
+    with tenant_tx(people.tenant.slug) as tx:
+        prepare_rule_claims(tx, [fire(people.tenant, rule, subject)])
+
+    signed_in(portal, people, people.admin)
+    page = portal.get("/ledger/attention")
+
+    assert page.status_code == 200
+    section = page.text.split('id="defaulted-title"')[1].split("</section>")[0]
+    assert "Skimming" in section and "Card skimming in York" in section and f'href="/rules/{rule}"' in section
+    assert "title template was refused: range limit reached" in section
 
 
 def test_evidence_pages_are_for_administrators_only(portal: PortalClient, people: People) -> None:

@@ -118,14 +118,17 @@ def test_on_rabbitmq_every_claim_takes_its_products_queue(tenant: Tenant, empty_
 @redis_broker_only
 def test_a_preparation_that_fails_in_the_relay_is_counted_and_its_product_takes_the_queue(
         tenant: Tenant, empty_queue: None) -> None:
-    _desk(tenant, _rule(title="{% for i in (1..100000) %}x{% endfor %}"))
+    _desk(tenant, _rule())
+    with tenant_tx(tenant.slug) as tx:  # a recipient preparation cannot resolve (saved before validation)
+        tx.conn.execute("UPDATE rule_versions SET definition = jsonb_set(definition, "
+                        "'{actions,recipients}', '[{\"type\": \"nobody\"}]')")
     _host_event(tenant, "C-3")
 
     relay_tenant.fn(tenant.slug)
 
     attempts, error = _one(tenant, "SELECT array[prepare_attempts::text, prepare_error] "
                                    "FROM notification_ledger")
-    assert int(attempts) == 1 and "title template was refused" in error  # as the actor records it
+    assert int(attempts) == 1 and "unknown recipient type" in error  # as the actor records it
     assert _waiting() == 1  # retried from the queue, within PREPARE_MAX_ATTEMPTS
 
     _host_event(tenant, "C-4")

@@ -1,6 +1,7 @@
 """Preparing rule notices (db/rule_notices.py) over real Postgres: recipients bound late,
-preferences and channels applied by the licence's statement, template failures recorded in
-a fresh transaction and shown on Needs attention, and the actor on a product's own queue
+preferences and channels applied by the licence's statement, a refused template replaced
+by the default one and listed on Needs attention, other failures recorded in a fresh
+transaction and shown there too, and the actor on a product's own queue
 run by a real worker."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from datetime import UTC, datetime, time, timedelta
 import pytest
 
 from actors.prepare import prepare_notices, send_committed_claims
-from db.evidence import failed_preparations
+from db.evidence import defaulted_notices, failed_preparations
 from db.members import list_members
 from db.preferences import save_schedule, set_channel, set_frequency
 from db.rule_notices import (
@@ -40,6 +41,7 @@ from tests.integration.platform_builders import (
 from tocsin import runtime
 
 ASSIGNEES = [{"type": "assignees"}]
+UNRESOLVABLE = [{"type": "nobody"}]  # a recipient preparation cannot resolve (saved before validation)
 LOOPS_FOREVER = "{% for i in (1..100000000) %}{{ i }}{% endfor %}"
 
 
@@ -262,34 +264,53 @@ def test_preparing_twice_writes_one_of_each(tenant: Tenant) -> None:
     assert forced.emails == []
 
 
-def test_a_refused_template_writes_nothing_and_is_recorded_in_a_fresh_transaction(tenant: Tenant) -> None:
+def test_a_refused_template_sends_the_default_text_and_is_listed_on_needs_attention(tenant: Tenant) -> None:
     product = add_product(tenant)
     user = add_person(tenant, "nobody@example.com")
     rule = add_rule(tenant, product, "Broken template", recipients=ASSIGNEES, body=LOOPS_FOREVER)
     subject = add_subject(tenant, product, "C-18", title="A case", assignees=[user])
     claim = fire(tenant, rule, subject)
-    bound = 3
 
-    for attempt in range(1, bound + 1):
-        with pytest.raises(PreparationFailed) as failed:
-            prepare(tenant, claim)
-        assert failed.value.ledger_id == claim
-        assert "loop iteration limit" in failed.value.reason
-        recorded = record_preparation_failure(tenant.slug, claim, failed.value.reason, max_attempts=bound)
-        assert recorded is not None and (recorded.attempts, recorded.gave_up) == (attempt, attempt == bound)
-        if attempt < bound:
-            with tenant_tx(tenant.slug) as tx:
-                assert failed_preparations(tx) == []
+    report = prepare(tenant, claim)  # no exception, no retry: the template would be refused again
 
-    assert scalar(tenant, "SELECT count(*) FROM notifications") == 0
-    assert scalar(tenant, "SELECT prepared_at IS NULL FROM notification_ledger WHERE id = %s", claim)
+    assert report.prepared == [claim]
+    ((recipient, title, body, visible),) = notices(tenant)
+    assert (recipient, title, visible) == (user, "Case C-18", True)  # the rule's own title rendered
+    assert 'The rule "Broken template" fired for' in body and "C-18 (A case)" in body
     with tenant_tx(tenant.slug) as tx:
-        (listed,) = failed_preparations(tx)
-    assert (listed.ledger_id, listed.rule_name, listed.subject_title, listed.attempts) == (
-        claim, "Broken template", "A case", bound)
-    assert listed.error is not None and "body template was refused" in listed.error
-    # Given up: later preparations leave it alone instead of failing again.
-    assert prepare(tenant, claim).skipped == [claim]
+        (listed,) = defaulted_notices(tx)
+        assert failed_preparations(tx) == []
+    assert (listed.ledger_id, listed.rule_name, listed.subject_title) == (claim, "Broken template", "A case")
+    assert "body template was refused: range limit reached" in listed.error
+    assert "the default body was sent instead" in listed.error
+    assert prepare(tenant, claim).skipped == [claim]  # prepared once, like any other
+
+
+def test_a_refused_title_and_body_both_fall_back(tenant: Tenant) -> None:
+    product = add_product(tenant)
+    user = add_person(tenant, "both@example.com")
+    rule = add_rule(tenant, product, "Both broken", recipients=ASSIGNEES, title="{{ 1 | divided_by: 0 }}",
+                    body="{% for a in (1..800) %}{% endfor %}{% for b in (1..800) %}{% endfor %}")
+    claim = fire(tenant, rule, add_subject(tenant, product, "C-22", title="T", assignees=[user]))
+
+    assert prepare(tenant, claim).prepared == [claim]
+
+    ((_, title, body, _),) = notices(tenant)
+    assert title.startswith("Both broken:") and "C-22" in title and "Both broken" in body
+    error = scalar(tenant, "SELECT prepare_error FROM notification_ledger WHERE id = %s", claim)
+    assert "title template was refused" in error
+    assert "body template was refused: loop iteration limit" in error
+
+
+def test_editing_the_rule_takes_its_defaulted_notices_off_the_list(tenant: Tenant) -> None:
+    product = add_product(tenant)
+    user = add_person(tenant, "edit@example.com")
+    rule = add_rule(tenant, product, "To fix", recipients=ASSIGNEES, title=LOOPS_FOREVER)
+    prepare(tenant, fire(tenant, rule, add_subject(tenant, product, "C-23", assignees=[user])))
+    with tenant_tx(tenant.slug) as tx:
+        assert len(defaulted_notices(tx)) == 1
+        tx.conn.execute("UPDATE rules SET version = version + 1 WHERE id = %s", [rule])
+        assert defaulted_notices(tx) == []
 
 
 def test_one_broken_claim_fails_the_batch_and_names_itself(tenant: Tenant) -> None:
@@ -297,7 +318,7 @@ def test_one_broken_claim_fails_the_batch_and_names_itself(tenant: Tenant) -> No
     user = add_person(tenant, "batch@example.com")
     good = fire(tenant, add_rule(tenant, product, "Good", recipients=ASSIGNEES),
                 add_subject(tenant, product, "C-19", assignees=[user]))
-    bad = fire(tenant, add_rule(tenant, product, "Bad", recipients=ASSIGNEES, title="{% if %}"),
+    bad = fire(tenant, add_rule(tenant, product, "Bad", recipients=UNRESOLVABLE),
                add_subject(tenant, product, "C-20", assignees=[user]))
 
     with pytest.raises(PreparationFailed) as failed:
@@ -309,18 +330,45 @@ def test_one_broken_claim_fails_the_batch_and_names_itself(tenant: Tenant) -> No
     assert prepare(tenant, good, bad).prepared == [good]  # given up on: the rest goes through
 
 
+def test_a_claim_that_cannot_be_prepared_is_recorded_in_a_fresh_transaction(tenant: Tenant) -> None:
+    product = add_product(tenant)
+    rule = add_rule(tenant, product, "No such recipient", recipients=UNRESOLVABLE)
+    claim = fire(tenant, rule, add_subject(tenant, product, "C-18", title="A case"))
+    bound = 3
+
+    for attempt in range(1, bound + 1):
+        with pytest.raises(PreparationFailed) as failed:
+            prepare(tenant, claim)
+        assert failed.value.ledger_id == claim
+        assert "unknown recipient type" in failed.value.reason
+        recorded = record_preparation_failure(tenant.slug, claim, failed.value.reason, max_attempts=bound)
+        assert recorded is not None and (recorded.attempts, recorded.gave_up) == (attempt, attempt == bound)
+        if attempt < bound:
+            with tenant_tx(tenant.slug) as tx:
+                assert failed_preparations(tx) == []
+
+    assert scalar(tenant, "SELECT count(*) FROM notifications") == 0
+    assert scalar(tenant, "SELECT prepared_at IS NULL FROM notification_ledger WHERE id = %s", claim)
+    with tenant_tx(tenant.slug) as tx:
+        (listed,) = failed_preparations(tx)
+    assert (listed.ledger_id, listed.rule_name, listed.subject_title, listed.attempts) == (
+        claim, "No such recipient", "A case", bound)
+    assert listed.error is not None and "unknown recipient type" in listed.error
+    # Given up: later preparations leave it alone instead of failing again.
+    assert prepare(tenant, claim).skipped == [claim]
+
+
 def test_the_actor_records_the_failure_and_raises_for_a_retry(tenant: Tenant) -> None:
     product = add_product(tenant)
-    user = add_person(tenant, "actor@example.com")
-    claim = fire(tenant, add_rule(tenant, product, "Broken", recipients=ASSIGNEES, title=LOOPS_FOREVER),
-                 add_subject(tenant, product, "C-21", assignees=[user]))
+    claim = fire(tenant, add_rule(tenant, product, "Broken", recipients=UNRESOLVABLE),
+                 add_subject(tenant, product, "C-21"))
 
     with pytest.raises(PreparationFailed):
         prepare_notices(tenant.slug, [claim])
 
     attempts, error = scalar(tenant, "SELECT array[prepare_attempts::text, prepare_error] "
                                      "FROM notification_ledger WHERE id = %s", claim)
-    assert int(attempts) == 1 and "title template was refused" in error
+    assert int(attempts) == 1 and "unknown recipient type" in error
     assert runtime.settings().prepare_max_attempts == 5
 
 

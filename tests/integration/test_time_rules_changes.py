@@ -156,7 +156,7 @@ def test_a_rule_edited_between_reading_and_claiming_claims_nothing_stale(tenant:
         other = threading.Thread(target=edit_time_rule, args=(tenant, rule_id, edited))
         other.start()
         other.join()
-        assert _claim_due(tx, rule, AS_OF, load_calendar(tx)) == ([], 0)  # version 1 is gone
+        assert _claim_due(tx, rule, AS_OF, load_calendar(tx), []) == ([], 0)  # version 1 is gone
     run_scan(tenant.slug, AS_OF)
     assert {(r["threshold"], r["status"], r["rule_version"]) for r in rule_ledger(tenant)} == {
         ("offset:-14", "skipped", 2), ("offset:-7", "claimed", 2)}

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from domain.conditions import (
     MAX_DEPTH,
     MAX_LEAVES,
+    MAX_NODES,
     NOT_LOADED,
     OPERATORS,
     CompiledTree,
@@ -305,3 +306,37 @@ def test_a_compiled_tree_evaluates_every_leaf_even_once_its_group_is_decided() -
         ("conditions.any[1].all[1]", True, True)]
     held, trace = CompiledTree(tree).evaluate(Facts(FACTS, CHANGES), not_loaded=True)
     assert held is False and all(t.reason == NOT_LOADED for t in trace)
+
+
+HUGE = 10**400  # a value no double holds: float() of it raised OverflowError
+
+
+@pytest.mark.parametrize(("op", "expected", "seen", "holds"), [
+    ("greater", 1000, HUGE, True), ("less", 1000, HUGE, False), ("less", 1000, -HUGE, True),
+    ("greater_or_equal", 1.5, HUGE, True), ("less_or_equal", HUGE - 1, HUGE, False),
+    ("greater", HUGE - 1, HUGE, True),  # exact: a float would have made these two equal
+    ("equals", 1000, HUGE, False), ("not_equals", 1000, HUGE, True), ("in", [1, 2], HUGE, False),
+])
+def test_a_number_no_double_holds_is_compared_exactly_and_never_raises(
+        op: str, expected: object, seen: object, holds: bool) -> None:
+    tree = {"all": [{"fact": "field.amount", "op": op, "value": expected}]}
+    held, (trace,) = evaluate(tree, Facts({"field.amount": seen}))
+    assert (held, trace.result) == (holds, holds)
+    assert leaf_test(op, expected)(seen)[0] is holds
+    assert _apply(op, seen, False, expected)[0] is holds
+
+
+@pytest.mark.parametrize("value", [HUGE, -HUGE, float("nan"), float("inf"), [1, float("-inf")], 2 * 10**308])
+def test_a_rule_value_no_double_holds_is_refused_at_its_path(value: object) -> None:
+    op = "in" if isinstance(value, list) else "greater"
+    (error,) = validate({"any": [{"fact": "field.amount", "op": op, "value": value}]})
+    assert error.path == "conditions.any[0].value" and "finite" in error.message
+
+
+def test_a_tree_is_limited_in_groups_and_conditions_together() -> None:
+    assert validate({"all": [{"all": []}] * (MAX_NODES - 1)}) == []  # the root counts too
+    (error,) = validate({"all": [{"all": []}] * 180_000})
+    assert error.path == f"conditions.all[{MAX_NODES - 1}]"
+    assert error.message == f"a tree holds at most {MAX_NODES} groups and conditions together"
+    nested = {"all": [{"any": [{"fact": "field.a", "op": "empty"}] * 30}] * 5}  # 1 + 5 + 150 nodes
+    assert [e.message for e in validate(nested)][-1].startswith("a tree holds at most")

@@ -42,3 +42,14 @@ def test_the_evidence_database_is_unset_by_default_must_be_postgresql_and_stays_
     settings = load_portal_settings(URL, {"EVIDENCE_DATABASE_URL": replica})
     assert settings.evidence_database_url == replica
     assert "s3cret" not in repr(settings)
+
+
+def test_the_api_rates_per_key_and_per_tenant_are_read_and_hold_a_whole_batch() -> None:
+    settings = load_portal_settings(URL, {"API_EVENTS_PER_MINUTE": "1000",
+                                          "API_TENANT_EVENTS_PER_MINUTE": "1500"})
+    assert (settings.api_events_per_minute, settings.api_tenant_events_per_minute) == (1000, 1500)
+    defaults = load_portal_settings(URL, {})
+    assert defaults.api_tenant_events_per_minute >= defaults.api_events_per_minute
+    for bad in ("499", "0", "lots"):  # a batch of 500 events must fit in a tenant's minute
+        with pytest.raises(ConfigError, match="API_TENANT_EVENTS_PER_MINUTE"):
+            load_portal_settings(URL, {"API_TENANT_EVENTS_PER_MINUTE": bad})

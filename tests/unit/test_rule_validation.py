@@ -189,3 +189,12 @@ def test_a_time_rule_may_name_a_case_category_but_not_an_unknown_one() -> None:
     event_rule = good_rule()
     event_rule["actions"]["category"] = "obligation_due"
     assert [e.path for e in rule_errors(event_rule, refuse_loops)] == ["actions.category"]
+
+
+def test_the_nul_character_postgresql_cannot_store_is_refused_wherever_it_is_written() -> None:
+    data = good_rule()
+    data["name"] = "Large\x00case"
+    data["trigger"] = {"subject_kind": "case", "metadata": {"form\x00": "intake"}}
+    data["actions"]["template"]["body"] = "Amount\x00"
+    paths = [e.path for e in rule_errors(data, refuse_loops) if "NUL" in e.message]
+    assert paths == ["actions.template.body", "name", "trigger.metadata.form\\u0000"]

@@ -200,3 +200,13 @@ def _tagged(tenant: object, delivery: object) -> dict[str, object]:
 )
 def test_events_that_are_not_tocsins_are_ignored(body: dict[str, object]) -> None:
     assert parse_ses_event(body) is None
+
+
+def test_an_ses_record_with_a_control_character_in_its_id_is_not_tracked_nor_nul_kept() -> None:
+    base = {"eventType": "Bounce", "mail": {"timestamp": "2027-01-01T12:00:00Z", "messageId": "\x00",
+                                             "tags": {"tenant": ["acme"], "delivery": ["7"]}},
+            "bounce": {"bounceType": "Permanent\x00", "bounceSubType": "General"}}
+    assert parse_ses_event(base) is None
+    base["mail"]["messageId"] = "0100018c-abc"  # type: ignore[index]
+    event = parse_ses_event(base)
+    assert event is not None and event.detail == "Permanent/General"
