@@ -7,7 +7,9 @@ starts the worker as the Procfile does and fails if one is missing). Importing t
 configures the broker first.
 """
 
-from actors import broker as broker
+# isort: off
+from tocsin.messaging import broker as broker  # the broker first: the actors are declared on it
+# isort: on
 from actors import digest as digest
 from actors import email as email
 from actors import prepare as prepare

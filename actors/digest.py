@@ -8,14 +8,14 @@ from datetime import datetime
 
 import dramatiq
 
-from actors.priority import BACKGROUND
-from db.deliveries import schedule_deliveries
-from db.digests import BuiltDigest, build_due_digests
-from db.runs import fan_out_order, record_completed
-from db.tenancy import tenant_tx
-from domain.identity import parse_instant
+from db.delivery.deliveries import schedule_deliveries
+from db.delivery.digests import BuiltDigest, build_due_digests
+from db.platform.runs import fan_out_order, record_completed
+from db.platform.tenancy import tenant_tx
 from domain.liveness import RunKind
-from tocsin.timekeeping import utcnow
+from domain.people.identity import parse_instant
+from tocsin.core.clock import utcnow
+from tocsin.messaging.priority import BACKGROUND
 
 log = logging.getLogger("tocsin.digest")
 
@@ -42,7 +42,7 @@ def build_digests(slug: str, as_of: str) -> None:
 @dramatiq.actor(queue_name="digest", time_limit=60_000, priority=BACKGROUND)  # milliseconds
 def digest_tick(as_of: str | None = None) -> None:
     """Fan out one digest build per active tenant, all for the same instant, the tenants
-    built longest ago first (db/runs.py fan_out_order)."""
+    built longest ago first (db/platform/runs.py fan_out_order)."""
     instant = parse_instant(as_of) if as_of else utcnow()
     for slug in fan_out_order(RunKind.DIGEST):
         build_digests.send(slug, instant.isoformat())

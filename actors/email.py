@@ -2,7 +2,7 @@
 for each: wait for its send slot, note the call (committed, with the previous call's
 answer), send it through the provider; every outcome fenced by its claim's token.
 
-The steps and the in-flight boundary they leave are described in db/deliveries.py.
+The steps and the in-flight boundary they leave are described in db/delivery/deliveries.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ from functools import lru_cache
 
 import dramatiq
 
-from actors.metrics import EMAIL_ATTEMPTS, EMAIL_ERRORS
-from actors.rate_limit import RateLimited, get_limiter
-from actors.ses import OutgoingEmail, ProviderError, get_mailer
-from db.deliveries import (
+from db.delivery.deliveries import (
     Answer,
     ClaimedEmail,
     Recorded,
@@ -29,14 +26,17 @@ from db.deliveries import (
     record_step_at_once,
     record_unknown,
 )
-from db.pool import retrying
-from db.tenancy import tenant_tx
-from domain.delivery import ErrorClass, email_message_id, email_text, retry_delay, should_retry
-from domain.unsubscribe import unsubscribe_token
-from tocsin import runtime
-from tocsin.config import Settings
-from tocsin.signing_keys import signing_keys
-from tocsin.timekeeping import utcnow
+from db.platform.pool import retrying
+from db.platform.tenancy import tenant_tx
+from domain.delivery.states import ErrorClass, email_message_id, email_text, retry_delay, should_retry
+from domain.delivery.unsubscribe import unsubscribe_token
+from tocsin.core import runtime
+from tocsin.core.clock import utcnow
+from tocsin.core.keys import signing_keys
+from tocsin.core.settings import Settings
+from tocsin.monitoring.metrics import EMAIL_ATTEMPTS, EMAIL_ERRORS
+from tocsin.providers.send_rate import RateLimited, get_limiter
+from tocsin.providers.ses import OutgoingEmail, ProviderError, get_mailer
 
 # Ids, attempts and outcomes only: never addresses or message bodies.
 log = logging.getLogger("tocsin.email")

@@ -1,14 +1,14 @@
 """prepare_notices: turn a tenant's rule claims into inbox rows and email deliveries.
 
-Thin: one tenant transaction around db/rule_notices.py prepare_rule_claims; the emails and
-the live-inbox push go out once it has committed (db/tenancy.py). When it fails, that
+Thin: one tenant transaction around db/notices/rule_notices.py prepare_rule_claims; the emails and
+the live-inbox push go out once it has committed (db/platform/tenancy.py). When it fails, that
 transaction has rolled back and is poisoned, so the failure is recorded in a fresh one
 (record_preparation_failure) and the error re-raised for Dramatiq's bounded retry. A claim
 that failed PREPARE_MAX_ATTEMPTS times is skipped from then on and listed on the
 Needs-attention page. Safe to run twice: a prepared claim is skipped, notices are keyed
 by (claim, recipient).
 
-Messages go to the product's own queue (domain/preparation_queues.py), so a backlog or a
+Messages go to the product's own queue (domain/delivery/preparation_queues.py), so a backlog or a
 poison message in one product never stalls another's; send them with send_preparation.
 
 The relay hands over the claims of a batch it has just evaluated with prepare_or_send: a
@@ -29,11 +29,11 @@ import time
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
-from db.rule_notices import PreparationFailed, prepare_rule_claims, record_preparation_failure
-from db.tenancy import TenantTx, tenant_tx
-from domain.preparation_queues import preparation_queue
-from tocsin import runtime
-from tocsin.queues import RedisQueueDepths
+from db.notices.rule_notices import PreparationFailed, prepare_rule_claims, record_preparation_failure
+from db.platform.tenancy import TenantTx, tenant_tx
+from domain.delivery.preparation_queues import preparation_queue
+from tocsin.core import runtime
+from tocsin.messaging.queues import RedisQueueDepths
 
 log = logging.getLogger("tocsin.prepare")
 
@@ -74,7 +74,7 @@ def _record(slug: str, ledger_id: int, reason: str) -> None:
 
 
 def send_committed_claims(tx: TenantTx) -> None:
-    """After-commit listener (db/tenancy.py on_commit): the rule claims a committed
+    """After-commit listener (db/platform/tenancy.py on_commit): the rule claims a committed
     transaction collected in tx.claims_to_prepare, one message per product."""
     by_product: dict[str, list[int]] = {}
     for product, ledger_id in tx.claims_to_prepare:

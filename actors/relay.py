@@ -1,8 +1,8 @@
 """The relay: from committed events to evaluated ones, fairly across tenants.
 
-- ``relay_tenant(slug)`` claims a batch of the tenant's ready events (db/relay.py: status +
+- ``relay_tenant(slug)`` claims a batch of the tenant's ready events (db/events/relay.py: status +
   lease + SKIP LOCKED, one batch in flight per tenant) and evaluates it in a second
-  transaction (db/evaluations.py): ledger claims per (rule, event), the trace, the events
+  transaction (db/rules/evaluations.py): ledger claims per (rule, event), the trace, the events
   marked evaluated; after commit the claims are prepared at once when their product's
   preparation queue is idle, else sent to it (actors/prepare.py prepare_or_send). It
   takes up to BATCHES_PER_TURN batches, then wakes itself again behind the other tenants.
@@ -37,14 +37,14 @@ import dramatiq
 import pybreaker
 import redis
 
-from actors.metrics import RELAY_BREAKERS_OPEN, RELAY_EVENTS, RELAY_LAG
 from actors.prepare import prepare_or_send
-from db.evaluations import evaluate_claimed
-from db.ready_events import ready_tenants
-from db.relay import claim_events, release_batch, tenants_with_ready_events
-from db.tenancy import TenantTx, list_tenants, tenant_tx
-from tocsin import runtime
-from tocsin.config import Settings
+from db.events.ready_events import ready_tenants
+from db.events.relay import claim_events, release_batch, tenants_with_ready_events
+from db.platform.tenancy import TenantTx, list_tenants, tenant_tx
+from db.rules.evaluations import evaluate_claimed
+from tocsin.core import runtime
+from tocsin.core.settings import Settings
+from tocsin.monitoring.metrics import RELAY_BREAKERS_OPEN, RELAY_EVENTS, RELAY_LAG
 
 log = logging.getLogger("tocsin.relay")
 
@@ -179,7 +179,7 @@ def wake(slug: str) -> None:
 
 def wake_for_host_commits(stop: threading.Event) -> None:
     """Until ``stop`` is set: wake the relay for every tenant whose host committed events
-    through tocsin.outbox.record_event (its notification arrives only once the host's
+    through tocsin.shell.outbox.record_event (its notification arrives only once the host's
     transaction has committed). Run by the clock, one listener per clock; two clocks only
     send a wake-up twice, which the wake-up flag folds into one message."""
     ready_tenants(runtime.settings().database_url, wake, stop,
@@ -187,7 +187,7 @@ def wake_for_host_commits(stop: threading.Event) -> None:
 
 
 def wake_relay_after_commit(tx: TenantTx) -> None:
-    """After-commit listener (tocsin.runtime.start_messaging): events just recorded."""
+    """After-commit listener (tocsin.core.runtime.start_messaging): events just recorded."""
     if tx.events_recorded and runtime.settings().events_wakeup:
         wake(tx.tenant.slug)
 

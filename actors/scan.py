@@ -9,16 +9,16 @@ from datetime import UTC, datetime
 
 import dramatiq
 
-from actors.metrics import SCAN_SECONDS, count_scan, count_time_scan
-from actors.priority import BACKGROUND
-from db.deliveries import schedule_due_deliveries
-from db.ledger import prepare_claims
-from db.licences import ClaimCounts, claim_due_milestones
-from db.runs import fan_out_order, record_completed
-from db.tenancy import TenantTx, tenant_tx
-from db.time_rules import TimeClaimCounts, claim_time_rules
-from domain.identity import parse_instant
+from db.delivery.deliveries import schedule_due_deliveries
+from db.notices.fanout import prepare_claims
+from db.notices.licence_scan import ClaimCounts, claim_due_milestones
+from db.platform.runs import fan_out_order, record_completed
+from db.platform.tenancy import TenantTx, tenant_tx
+from db.rules.time_rules import TimeClaimCounts, claim_time_rules
 from domain.liveness import RunKind
+from domain.people.identity import parse_instant
+from tocsin.messaging.priority import BACKGROUND
+from tocsin.monitoring.metrics import SCAN_SECONDS, count_scan, count_time_scan
 
 log = logging.getLogger("tocsin.scan")
 
@@ -37,7 +37,7 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
     or in sequence: what is claimed is skipped, what is unsent is enqueued again.
 
     The emails and the live-inbox announcements go out once the transaction has committed
-    (db/tenancy.py): a message must never name a row that might still roll back. If this
+    (db/platform/tenancy.py): a message must never name a row that might still roll back. If this
     process dies before (or while) enqueueing, the sweeper sends the rows later.
 
     The time rules' claims are prepared by the rules' own path once this transaction has
@@ -86,7 +86,7 @@ def scan_tenant(slug: str, as_of: str) -> None:
 @dramatiq.actor(queue_name="scan", time_limit=60_000, priority=BACKGROUND)  # milliseconds
 def tick(as_of: str | None = None) -> None:
     """Fan out one scan per active tenant, all for the same instant, the tenants scanned
-    longest ago first (db/runs.py fan_out_order: no tenant waits behind the same others)."""
+    longest ago first (db/platform/runs.py fan_out_order: no tenant waits behind the same others)."""
     instant = parse_instant(as_of) if as_of else datetime.now(UTC)
     for slug in fan_out_order(RunKind.SCAN):
         scan_tenant.send(slug, instant.isoformat())

@@ -6,7 +6,7 @@ notifications, and raises and publishes ops alerts. Every step is guarded in SQL
 second sweep, or a sweep from a second clock at the same moment, changes nothing.
 
 A flushed (or restarted, empty) Redis, or a reset RabbitMQ, is noticed by a marker that only
-the sweeper writes (actors/sweeper_marker.py): when it is missing, every due delivery is
+the sweeper writes (tocsin/messaging/sweeper_marker.py): when it is missing, every due delivery is
 enqueued again, not only stale ones.
 """
 
@@ -18,23 +18,23 @@ from datetime import timedelta
 
 import dramatiq
 
-from actors.broker import current_broker
-from actors.metrics import SWEEP_SECONDS
-from actors.ops import publish_alerts
-from actors.priority import BACKGROUND
-from actors.sweeper_marker import sweeper_marker
-from db.alerts import has_unpublished, raise_alerts
-from db.deliveries import schedule_due_deliveries
-from db.ledger import prepare_claims
-from db.preferences import release_due_deferrals
-from db.recovery import LeaseReport, ReconcileReport, expire_leases, reconcile_unknown
-from db.rule_notices import unprepared_rule_claims
-from db.runs import fan_out_order, record_completed
-from db.tenancy import tenant_tx
-from domain.delivery import UnknownPolicy
+from db.delivery.alerts import has_unpublished, raise_alerts
+from db.delivery.deliveries import schedule_due_deliveries
+from db.delivery.recovery import LeaseReport, ReconcileReport, expire_leases, reconcile_unknown
+from db.notices.fanout import prepare_claims
+from db.notices.rule_notices import unprepared_rule_claims
+from db.people.preferences import release_due_deferrals
+from db.platform.runs import fan_out_order, record_completed
+from db.platform.tenancy import tenant_tx
+from domain.delivery.states import UnknownPolicy
 from domain.liveness import RunKind
-from tocsin import runtime
-from tocsin.timekeeping import utcnow
+from tocsin.core import runtime
+from tocsin.core.clock import utcnow
+from tocsin.messaging.broker import current_broker
+from tocsin.messaging.priority import BACKGROUND
+from tocsin.messaging.sweeper_marker import sweeper_marker
+from tocsin.monitoring.metrics import SWEEP_SECONDS
+from tocsin.monitoring.ops_alerts import publish_alerts
 
 log = logging.getLogger("tocsin.sweep")
 
@@ -93,7 +93,7 @@ def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
                  priority=BACKGROUND)
 def sweep() -> None:
     """Fan out one sweep per active tenant, the tenants swept longest ago first
-    (db/runs.py fan_out_order)."""
+    (db/platform/runs.py fan_out_order)."""
     marker = sweeper_marker(runtime.settings(), current_broker())
     lost = marker.missing()
     if lost:

@@ -96,7 +96,7 @@ async def serial_requests(port: int, request: bytes, count: int) -> float:
 
 def whole_requests(args: argparse.Namespace, conn: psycopg.Connection[Any], cookie: str, port: int,
                    server_pid: int) -> None:
-    from tocsin.config import load_settings
+    from tocsin.core.settings import load_settings
 
     redis = redis_pid(load_settings().redis_url)
     say(f"{'request, one at a time':<34} {'wall µs':>9} {'portal CPU µs':>14} {'PostgreSQL CPU µs':>18} "
@@ -138,12 +138,12 @@ def pieces(args: argparse.Namespace, user_id: int) -> None:
     import anyio.to_thread
     from redis.asyncio import Redis as AsyncRedis
 
-    from db.inbox import unread_count
-    from db.pool import configure_pool, connection
-    from db.tenancy import tenant_tx
+    from db.delivery.inbox import unread_count
+    from db.platform.pool import configure_pool, connection
+    from db.platform.tenancy import tenant_tx
     from portal.auth import load_viewer, viewer_in
     from portal.templating import build_environment
-    from tocsin.config import load_settings
+    from tocsin.core.settings import load_settings
 
     settings = load_settings()
     configure_pool(settings.database_url)
@@ -217,8 +217,8 @@ def profiled(args: argparse.Namespace, port: int, log: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from db.migrations import migrate_all
-    from tocsin.config import load_settings
+    from db.platform.migrations import migrate_all
+    from tocsin.core.settings import load_settings
 
     settings = load_settings()
     migrate_all()

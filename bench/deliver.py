@@ -8,7 +8,7 @@ Builds ``--deliveries`` due email deliveries, committed in PostgreSQL set-based 
 ``--tenants`` bench tenants (slugs bench-deliver-1...): each the pending email of an inbox
 notification of a claimed licence notice (ledger row, client, member recipient), exactly
 what a scan and ``prepare`` leave behind. They are put in Redis as a committed scan hands
-them over (actors/dispatch.py: one ``deliver_email`` message per 20 deliveries of a
+them over (tocsin/messaging/dispatch.py: one ``deliver_email`` message per 20 deliveries of a
 tenant), then the worker is started as the Procfile does (``tocsin worker --processes P
 --threads T``) and sends them all to a local SES v2 endpoint (bench/ses_endpoint.py, an
 asyncio server fast enough not to be the bottleneck; moto would be). For each ``P`` in
@@ -109,7 +109,7 @@ class Broker:
 
     def install(self) -> None:
         """Make it this process's broker (the sends) and the workers' (their environment)."""
-        from tocsin import runtime
+        from tocsin.core import runtime
 
         if self.url is None:
             os.environ.pop("BROKER_URL", None)
@@ -215,7 +215,7 @@ class BenchTenant:
 
 
 def drop_bench_tenants(conn: Connection) -> int:
-    from db.migrations import drop_schema
+    from db.platform.migrations import drop_schema
 
     rows = conn.execute("SELECT id, schema_name FROM control.tenants WHERE slug ~ %s",
                         [SLUG_PATTERN]).fetchall()
@@ -230,7 +230,7 @@ def drop_bench_tenants(conn: Connection) -> int:
 def build(conn: Connection, deliveries: int, tenants: int) -> list[BenchTenant]:
     """Per tenant, set-based: members, clients whose licence ends in 30 days, the claimed
     d30 ledger rows, their inbox notifications and one pending email delivery each."""
-    from db.tenancy import create_tenant
+    from db.platform.tenancy import create_tenant
 
     built = []
     base, extra = divmod(deliveries, tenants)
@@ -395,8 +395,8 @@ class UncertainSampler:
 
 def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int, tenants: int,
                    processes: int, threads: int, send_rate: float) -> DeliveryRun:
-    from actors.dispatch import send_deliveries
     from actors.email import EMAILS_PER_MESSAGE
+    from tocsin.messaging.dispatch import send_deliveries
 
     drop_bench_tenants(conn)
     started = time.perf_counter()
@@ -576,11 +576,11 @@ def noop_ceiling(broker: Broker, count: int, processes: int, threads: int) -> Ce
 def _noop_messages_left(broker: Broker) -> Callable[[], int]:
     """How many no-op messages the broker still holds: on Redis the queue's message hash
     (acknowledged ones leave it), on RabbitMQ the ready ones (fetched ones leave it)."""
-    from actors.broker import current_broker
-    from tocsin.config import load_settings
+    from tocsin.core.settings import load_settings
+    from tocsin.messaging.broker import current_broker
 
     if broker.url is not None:
-        from actors.rabbitmq_broker import OneConnectionRabbitmqBroker
+        from tocsin.messaging.rabbitmq_broker import OneConnectionRabbitmqBroker
 
         installed = current_broker()
         assert isinstance(installed, OneConnectionRabbitmqBroker), "Broker.install() first"
@@ -598,8 +598,8 @@ def _boto3_sender(process_no: int, threads: int, count: int, ready: Any, go: Any
     """One process of the boto3 ceiling: the production client config, T threads sharing
     one client (as a worker process shares its mailer), each sending its share of one
     representative message in a bare loop."""
-    from actors.ses import OutgoingEmail, SesMailer, aws_client
-    from tocsin.config import load_settings
+    from tocsin.core.settings import load_settings
+    from tocsin.providers.ses import OutgoingEmail, SesMailer, aws_client
 
     settings = load_settings()
     client: Any = aws_client(settings, "sesv2")
@@ -822,8 +822,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, endpoint: Endpoint, brokers: Sequence[Broker]) -> bool:
-    from db.migrations import migrate_all
-    from tocsin.config import load_settings
+    from db.platform.migrations import migrate_all
+    from tocsin.core.settings import load_settings
 
     settings = load_settings()
     migrate_all()
@@ -889,7 +889,7 @@ def run(args: argparse.Namespace, endpoint: Endpoint, brokers: Sequence[Broker])
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     LOGS.mkdir(parents=True, exist_ok=True)
-    from tocsin.services import free_port
+    from tocsin.shell.services import free_port
 
     endpoint = Endpoint(free_port())
     stop_services: Callable[[], None] | None = None
@@ -897,7 +897,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stack = contextlib.ExitStack()
     try:
         if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
-            from tocsin.services import start_embedded
+            from tocsin.shell.services import start_embedded
 
             services = start_embedded(LOGS, dict(os.environ))
             os.environ.update(services.env)
@@ -912,8 +912,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
         say(f"bench SES endpoint at {endpoint.url}; dramatiq namespace "
             f"{os.environ['DRAMATIQ_NAMESPACE']}; logs in {LOGS}")
-        from tocsin import runtime
-        from tocsin.config import load_settings
+        from tocsin.core import runtime
+        from tocsin.core.settings import load_settings
 
         # This process enqueues like any other of the product's; the broker is the bench's
         # choice (Broker.install), so BROKER_URL from the environment is not read here.

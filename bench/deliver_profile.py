@@ -58,14 +58,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.deliveries < 1:
         parser.error("--deliveries must be at least 1")
     LOGS.mkdir(parents=True, exist_ok=True)
-    from tocsin.services import free_port
+    from tocsin.shell.services import free_port
 
     endpoint = Endpoint(free_port())
     os.environ["SES_ENDPOINT_URL"] = endpoint.url
     stop_services = None
     try:
         if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
-            from tocsin.services import start_embedded
+            from tocsin.shell.services import start_embedded
 
             services = start_embedded(LOGS, dict(os.environ))
             os.environ.update(services.env)
@@ -74,9 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["SES_MAX_SEND_RATE"] = "1000000"
         os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
         from actors.email import EMAILS_PER_MESSAGE
-        from db.migrations import migrate_all
-        from tocsin import runtime
-        from tocsin.config import load_settings
+        from db.platform.migrations import migrate_all
+        from tocsin.core import runtime
+        from tocsin.core.settings import load_settings
 
         settings = runtime.start(load_settings())
         runtime.start_messaging(settings)

@@ -7,7 +7,7 @@ Sections (all by default; pick with --only):
   past cases (a tenant's tables are not empty in production, and a fresh table's first
   rows set off autovacuum's analyses, which a real deployment has long behind it). Runs
   (--runs): `host`, events recorded by host applications in their own transactions
-  (tocsin.outbox.record_event, one transaction per event), each event's clock starting
+  (tocsin.shell.outbox.record_event, one transaction per event), each event's clock starting
   when its host's commit returns (the goal's "from the host's commit"; goal p99 < 500 ms);
   `host-polling`, the same with the wake-up off, where only the polling fallback finds the
   events (goal p99 <= EVENTS_POLL_SECONDS + 500 ms); `api`, one HTTP request per event
@@ -95,13 +95,13 @@ def drop_bench_tenants(conn: psycopg.Connection[Any]) -> int:
 def build_tenants(conn: psycopg.Connection[Any], count: int, label: str) -> Tenants:
     """``count`` migrated tenants, each with the fraud product, one analyst, one rule and an
     API key; made as `tocsin migrate` brings new schemas up to date."""
-    from db.api_keys import create_api_key
-    from db.migrations import migrate_all
-    from db.products import create_product
-    from db.rules import create_rule
-    from db.tenancy import tenant_tx
-    from db.users import create_user
-    from domain.identity import Role
+    from db.events.api_keys import create_api_key
+    from db.events.products import create_product
+    from db.people.users import create_user
+    from db.platform.migrations import migrate_all
+    from db.platform.tenancy import tenant_tx
+    from db.rules.definitions import create_rule
+    from domain.people.identity import Role
     from tests.support.many_tenants import add_unmigrated_tenants
 
     started = time.monotonic()
@@ -153,8 +153,8 @@ class Stack:
     """The Procfile's three lines, with the environment `tocsin up` gives them."""
 
     def __init__(self, name: str, **settings: str) -> None:
-        from tocsin.processes import procfile_environment
-        from tocsin.services import free_port
+        from tocsin.shell.processes import procfile_environment
+        from tocsin.shell.services import free_port
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -349,7 +349,7 @@ class HostIntake:
             conn.close()
 
     def sender(self) -> Callable[[int, str], float | None]:
-        from tocsin.outbox import record_event
+        from tocsin.shell.outbox import record_event
 
         conn = psycopg.connect(self._database_url, application_name="evbench-host")
         self._connections.append(conn)
@@ -483,12 +483,12 @@ def give_history(conn: psycopg.Connection[Any], tenants: Tenants, average: int) 
     the product's own path (recorded, claimed, evaluated and prepared in this process:
     subjects, events, ledger claims, traces and inbox rows), then its tables vacuumed and
     analysed, as a tenant's are that has been in use for a while."""
-    from db.evaluations import evaluate_claimed
-    from db.events import record_events
-    from db.relay import claim_events
-    from db.rule_notices import prepare_rule_claims
-    from db.tenancy import tenant_tx
-    from domain.events import parse_event
+    from db.events.outbox import record_events
+    from db.events.relay import claim_events
+    from db.notices.rule_notices import prepare_rule_claims
+    from db.platform.tenancy import tenant_tx
+    from db.rules.evaluations import evaluate_claimed
+    from domain.events.intake import parse_event
 
     if average <= 0:
         return
@@ -642,9 +642,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
     ok = True
     with bench_services(say):
-        from db.migrations import migrate_all
-        from tocsin import runtime
-        from tocsin.config import load_settings
+        from db.platform.migrations import migrate_all
+        from tocsin.core import runtime
+        from tocsin.core.settings import load_settings
 
         settings = runtime.start(load_settings())
         migrate_all()

@@ -53,9 +53,9 @@ class IntakeFigures:
 
 def _build() -> tuple[str, str]:
     """The tenant, its fraud product, people and regions; the schema and an API key."""
-    from db.api_keys import create_api_key
-    from db.products import add_unit, create_product
-    from db.tenancy import create_tenant, tenant_tx
+    from db.events.api_keys import create_api_key
+    from db.events.products import add_unit, create_product
+    from db.platform.tenancy import create_tenant, tenant_tx
 
     tenant = create_tenant(SLUG, "Bench Intake", "Europe/London")
     with tenant_tx(SLUG) as tx:
@@ -84,7 +84,7 @@ def _start_portal(port: int, log: Path) -> subprocess.Popen[bytes]:
            "SESSION_SECRET": os.environ.get("SESSION_SECRET") or secrets.token_urlsafe(48)}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as handle:
-        server = subprocess.Popen([sys.executable, "-m", "tocsin.cli", "web"], env=env, stdout=handle,
+        server = subprocess.Popen([sys.executable, "-m", "tocsin.shell.cli", "web"], env=env, stdout=handle,
                                   stderr=subprocess.STDOUT)
     return wait_ready(server, port, log)
 
@@ -111,7 +111,7 @@ def _in_parallel(jobs: list[Callable[[], None]]) -> float:
 
 
 def _through_api(base: str, key: str, n: int, concurrency: int, first: int = 0) -> float:
-    from tocsin.client import TocsinClient
+    from tocsin.shell.client import TocsinClient
 
     batches = [[_event(first + i) for i in range(start, min(start + BATCH, n))]
                for start in range(0, n, BATCH)]
@@ -168,8 +168,8 @@ def _free_port() -> int:
 def measure_intake(say: Callable[[str], None], n: int, concurrency: int = 4) -> IntakeFigures:
     """Events/s through the batch API and by raw INSERT of the same rows, in one run, against
     the services the environment names (bench.events calls this inside its services)."""
-    from db.migrations import migrate_all
-    from tocsin.config import load_settings
+    from db.platform.migrations import migrate_all
+    from tocsin.core.settings import load_settings
 
     settings = load_settings()
     migrate_all()

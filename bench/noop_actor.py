@@ -3,7 +3,7 @@
     python -m dramatiq bench.noop_actor:boot --queues bench_noop --processes P --threads T
 
 ``boot`` installs the very broker the workers use (same Redis, same namespace, same
-middleware), as ``actors.worker:boot`` does; ``--queues bench_noop`` makes this actor the
+middleware), as ``tocsin.boot.worker:boot`` does; ``--queues bench_noop`` makes this actor the
 only one the worker runs, so what it measures is Dramatiq's own cost per message.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dramatiq
 
-import actors.broker  # noqa: F401  (the placeholder broker the actor is declared on)
-from tocsin import runtime
-from tocsin.config import load_settings
+import tocsin.messaging.broker  # noqa: F401  (the placeholder broker the actor is declared on)
+from tocsin.core import runtime
+from tocsin.core.settings import load_settings
 
 QUEUE = "bench_noop"
 

@@ -4,9 +4,9 @@
                                 [--as-of 2027-03-28T09:00:00Z] [--workers CPUS] [--seed 1]
                                 [--prefix oblbench] [--keep]
 
-Builds ``--tenants`` tenants (made and migrated by db/tenancy.py create_tenant, as the
+Builds ``--tenants`` tenants (made and migrated by db/platform/tenancy.py create_tenant, as the
 product makes them; slugs ``<prefix>-0001``...), each with a legal-metrology product, the
-three time rules below saved through db/rules.py (real, versioned rules), a working
+three time rules below saved through db/rules/definitions.py (real, versioned rules), a working
 calendar with two holidays, and ``--subjects`` subjects: certificates, permits and
 inspections in equal shares, each with one ISO date fact (its due date, uniformly within
 ``--spread`` days either side of the scan's date), a site zone (half of them the tenant's,
@@ -24,7 +24,7 @@ Then, in one run (each timed phase after a CHECKPOINT):
   (a) the project's scan of every tenant, as production runs it: one ``scan_tenant``
       message per tenant (the tick's fan-out) through Redis to a real Dramatiq worker with
       ``--workers`` threads; each message runs actors/scan.py run_scan, whose transaction
-      claims the licence milestones (none here) and the time rules (db/time_rules.py),
+      claims the licence milestones (none here) and the time rules (db/rules/time_rules.py),
       and whose commit enqueues the rule claims' preparation on the product's queue (not
       consumed here: preparation is another queue's work and is not in this figure). The
       first scan over fresh data: every window that has begun is written, the current
@@ -41,7 +41,7 @@ Then, in one run (each timed phase after a CHECKPOINT):
 
 It prints claims/s of (a) and (c) (claims = ledger rows written), the ratio a/c (goal:
 at least 0.5), the replay speed-up time(a)/time(d) (goal: at least 3x), whether each goal
-is met, and checks the scan's ledger against domain/obligations.py (the same cadence
+is met, and checks the scan's ledger against domain/rules/obligation_dates.py (the same cadence
 computed in Python, subject by subject): the bench fails if they differ or if the replay
 writes anything.
 
@@ -81,7 +81,7 @@ from bench.scan import (
     try_checkpoint,
 )
 from bench.services import bench_services
-from domain.identity import parse_instant
+from domain.people.identity import parse_instant
 from tests.support.many_tenants import remove_tenants_like
 
 PRODUCT = "metrology"
@@ -182,11 +182,11 @@ def subject_rows(rng: random.Random, count: int, today: date,
 
 def build_tenant(conn: Connection, prefix: str, n: int, subjects: int, today: date, spread: int,
                  seed: int) -> Obligations:
-    from db.calendar import save_calendar
-    from db.products import create_product
-    from db.rules import create_rule
-    from db.tenancy import create_tenant, tenant_tx
-    from domain.obligations import Calendar
+    from db.events.products import create_product
+    from db.platform.tenancy import create_tenant, tenant_tx
+    from db.rules.calendar import save_calendar
+    from db.rules.definitions import create_rule
+    from domain.rules.obligation_dates import Calendar
 
     zone = TENANT_ZONES[(n - 1) % len(TENANT_ZONES)]
     tenant = create_tenant(f"{prefix}-{n:04d}", f"Obligations bench {n}", zone)
@@ -242,11 +242,11 @@ def drop_bench_tenants(conn: Connection, prefix: str) -> int:
 
 def expected_rows(conn: Connection, built: Sequence[Obligations],
                   as_of: datetime) -> Counter[str]:
-    """The ledger rows domain/obligations.py yields at ``as_of`` for every bench subject,
+    """The ledger rows domain/rules/obligation_dates.py yields at ``as_of`` for every bench subject,
     by status ('claimed' for the current window, 'skipped' for those that had passed)."""
-    from db.calendar import load_calendar
-    from db.tenancy import tenant_tx
-    from domain.obligations import outcomes_on
+    from db.platform.tenancy import tenant_tx
+    from db.rules.calendar import load_calendar
+    from domain.rules.obligation_dates import outcomes_on
 
     by_kind = {w.kind: w for w in WATCHES}
     zones: dict[str, ZoneInfo] = {}
@@ -441,11 +441,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, embedded: bool) -> int:
-    from actors.broker import current_broker
-    from db.migrations import migrate_all
-    from db.pool import open_pool
-    from tocsin import runtime
-    from tocsin.config import load_settings
+    from db.platform.migrations import migrate_all
+    from db.platform.pool import open_pool
+    from tocsin.core import runtime
+    from tocsin.core.settings import load_settings
+    from tocsin.messaging.broker import current_broker
 
     as_of: datetime = args.as_of or datetime.now(UTC)
     today = as_of.astimezone(UTC).date()
@@ -475,7 +475,7 @@ def run(args: argparse.Namespace, embedded: bool) -> int:
         load_seconds = time.perf_counter() - started
         tenants = [ob.tenant for ob in built]
         expected = expected_rows(conn, built, as_of)
-        say(f"  domain/obligations.py yields {sum(expected.values()):,} ledger rows at as_of "
+        say(f"  domain/rules/obligation_dates.py yields {sum(expected.values()):,} ledger rows at as_of "
             f"({expected['claimed']:,} claimed + {expected['skipped']:,} skipped)")
 
         say(f"(a) scan: one scan_tenant message per tenant, through the broker, to a Dramatiq "
@@ -487,7 +487,7 @@ def run(args: argparse.Namespace, embedded: bool) -> int:
         matches = written == expected
         say(f"    {a_rows:,} ledger rows ({written['claimed']:,} claimed + {written['skipped']:,} "
             f"skipped + {written['cancelled']:,} cancelled) in {a_seconds:.2f}s; "
-            f"{'matches' if matches else 'DOES NOT MATCH'} domain/obligations.py")
+            f"{'matches' if matches else 'DOES NOT MATCH'} domain/rules/obligation_dates.py")
         if not matches:
             problems.append(f"the scan wrote {dict(written)}, the cadence says {dict(expected)}")
 

@@ -66,7 +66,7 @@ def build(conn: psycopg.Connection[Any], users: int, notifications: int) -> str:
     """The tenant, its users (one shared password hash) and the notifications, set-based."""
     from argon2 import PasswordHasher
 
-    from db.tenancy import create_tenant
+    from db.platform.tenancy import create_tenant
 
     tenant = create_tenant(SLUG, "Bench Portal", "Europe/London")
     password_hash = PasswordHasher().hash(PASSWORD)
@@ -102,7 +102,7 @@ def feed_cursors(conn: psycopg.Connection[Any], schema: str, user_ids: list[int]
     """Each user's cursor after the first page (the 20th item), as the page's link has it."""
     from urllib.parse import urlencode
 
-    from db.inbox import PAGE_SIZE
+    from db.delivery.inbox import PAGE_SIZE
 
     with conn.transaction():
         conn.execute("SELECT set_config('search_path', %s, true)", [f"{schema}, public"])
@@ -320,8 +320,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
-    from db.migrations import migrate_all
-    from tocsin.config import load_settings
+    from db.platform.migrations import migrate_all
+    from tocsin.core.settings import load_settings
 
     settings = load_settings()
     migrate_all()

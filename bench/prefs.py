@@ -7,8 +7,8 @@ Builds one bench tenant (slug prefbench-<random>, suspended so no clock scans it
 tenant defaults (some locked) for five of the eight categories. Then, inside one tenant
 transaction, as prepare runs it, it resolves every (user, category) pair:
 
-  (a) set-based: db.preferences.resolve_preferences, one statement for all pairs;
-  (b) per pair: db.preferences.resolve_preference, one query per pair;
+  (a) set-based: db.people.preferences.resolve_preferences, one statement for all pairs;
+  (b) per pair: db.people.preferences.resolve_preference, one query per pair;
 
 checks both give the same answer for every pair, and prints both rates, the ratio a/b and
 whether the goal (a at least 20x b) is met. DATABASE_URL must name the database.
@@ -22,11 +22,11 @@ import sys
 import time
 import uuid
 
-from db.migrations import drop_schema
-from db.pool import connection
-from db.preferences import resolve_preference, resolve_preferences, save_category_default
-from db.tenancy import create_tenant, tenant_tx
-from domain.preferences import CATEGORIES, Frequency, Preference
+from db.people.preferences import resolve_preference, resolve_preferences, save_category_default
+from db.platform.migrations import drop_schema
+from db.platform.pool import connection
+from db.platform.tenancy import create_tenant, tenant_tx
+from domain.delivery.preferences import CATEGORIES, Frequency, Preference
 
 GOAL = 20.0  # set-based pairs/s over per-pair pairs/s
 

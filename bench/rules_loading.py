@@ -5,7 +5,7 @@
 Builds one bench tenant (suspended, so no relay or clock visits it) with a fraud-case
 product, ``--subjects`` subjects (cases and alerts) of 60 static fields, 200 form answers
 (20 forms x 10 questions: 5 choice answers and 5 free-text answers of ~``--answer-chars``
-characters) and 6 hierarchy levels, and 500 rules saved through db.rules, spread as a
+characters) and 6 hierarchy levels, and 500 rules saved through db.rules.definitions, spread as a
 tenant's are over the product's vocabulary:
 
   created         40  (subject kind, and the channel the case came in by in metadata)
@@ -22,17 +22,17 @@ and changes the intake writes. Phase 1 (SQL: product, kind, trigger type) and ph
 
 Each round evaluates every event once per loader, in alternating order: the events are set
 back to pending (and their ledger claims deleted) before each run, then claimed in batches
-of ``--batch`` with db.relay.claim_events and evaluated with db.evaluations.evaluate_claimed
+of ``--batch`` with db.events.relay.claim_events and evaluated with db.rules.evaluations.evaluate_claimed
 in their own tenant transactions, exactly as actors/relay.py does. The only difference
 between the runs is the fact loader handed to evaluate_claimed (made afresh per batch):
 
-  (a) targeted: db.facts.load_facts_of_subjects, production's default: the keys the
+  (a) targeted: db.events.facts.load_facts_of_subjects, production's default: the keys the
       batch's surviving rules reference, one query per family for the whole batch, the
       families' queries pipelined (one round trip per phase);
-  (b) everything: db.facts.load_all_facts wrapped to the same signature: every fact of each
+  (b) everything: db.events.facts.load_all_facts wrapped to the same signature: every fact of each
       subject (three queries), once per batch the first time any of its facts is wanted;
   (c) for reference, every fact of the batch's subjects in three pipelined queries
-      (db.facts.load_all_facts_of_subjects): what is left once round trips are taken out.
+      (db.events.facts.load_all_facts_of_subjects): what is left once round trips are taken out.
 
 Every run must claim the same (rule, event) pairs and store the same traces. It prints
 evaluations/s of each (the evaluation transactions; the claims are timed apart and shown
@@ -166,8 +166,8 @@ def _accept(text: str) -> list[str]:
 def _build(slug: str, subjects: int, answer_chars: int, rng: random.Random) -> list[int]:
     from psycopg.types.json import Jsonb
 
-    from db.rules import create_rule, update_rule
-    from db.tenancy import tenant_tx
+    from db.platform.tenancy import tenant_tx
+    from db.rules.definitions import create_rule, update_rule
 
     words = ("client", "said", "account", "transfer", "urgent", "note", "file", "called", "the", "bank")
     with tenant_tx(slug) as tx:
@@ -220,7 +220,7 @@ def _build(slug: str, subjects: int, answer_chars: int, rng: random.Random) -> l
 
 def _events(slug: str, count: int, subjects: list[int], rng: random.Random) -> list[int]:
     """``count`` events in the outbox, as the intake writes them (metadata and changes)."""
-    from db.tenancy import tenant_tx
+    from db.platform.tenancy import tenant_tx
 
     kinds = [(kind, trigger) for kind, trigger, weight in TRIGGER_MIX for _ in range(weight)]
     rows: list[tuple[int, str, str | None, str, str]] = []
@@ -274,7 +274,7 @@ LoaderMaker = Callable[[LoadCount], Callable[[Any, Mapping[int, Any]], Mapping[i
 
 
 def _targeted(count: LoadCount) -> Any:
-    from db.facts import load_facts_of_subjects
+    from db.events.facts import load_facts_of_subjects
 
     def load(tx: Any, wanted: Mapping[int, Any]) -> Mapping[int, Mapping[str, object]]:
         facts = load_facts_of_subjects(tx, wanted)
@@ -289,8 +289,8 @@ def _targeted(count: LoadCount) -> Any:
 
 
 def _everything(count: LoadCount) -> Any:
-    """db.facts.load_all_facts, per subject, wrapped to the batch signature."""
-    from db.facts import load_all_facts
+    """db.events.facts.load_all_facts, per subject, wrapped to the batch signature."""
+    from db.events.facts import load_all_facts
 
     cache: dict[int, dict[str, object]] = {}
 
@@ -310,7 +310,7 @@ def _everything(count: LoadCount) -> Any:
 def _everything_batched(count: LoadCount) -> Any:
     """Every fact of the batch's subjects, three queries for the batch (not the goal's
     comparison: it shows what is left once round trips are taken out)."""
-    from db.facts import load_all_facts_of_subjects
+    from db.events.facts import load_all_facts_of_subjects
 
     cache: dict[int, dict[str, object]] = {}
 
@@ -340,8 +340,8 @@ class Run:
 
 
 def _reset(slug: str) -> None:
-    from db.pool import connection
-    from db.tenancy import tenant_tx
+    from db.platform.pool import connection
+    from db.platform.tenancy import tenant_tx
 
     with tenant_tx(slug) as tx:
         tx.conn.execute("DELETE FROM notification_ledger WHERE event_id IS NOT NULL")
@@ -355,9 +355,9 @@ def _reset(slug: str) -> None:
 
 
 def _run(slug: str, make: LoaderMaker, batch: int, run: Run) -> None:
-    from db.evaluations import evaluate_claimed
-    from db.relay import claim_events
-    from db.tenancy import tenant_tx
+    from db.events.relay import claim_events
+    from db.platform.tenancy import tenant_tx
+    from db.rules.evaluations import evaluate_claimed
 
     while True:
         started = time.perf_counter()
@@ -377,8 +377,8 @@ def _run(slug: str, make: LoaderMaker, batch: int, run: Run) -> None:
 
 
 def _outcome(slug: str) -> tuple[list[tuple[int, int]], dict[int, Any]]:
-    from db.evaluations import stored_traces
-    from db.tenancy import tenant_tx
+    from db.platform.tenancy import tenant_tx
+    from db.rules.evaluations import stored_traces
 
     with tenant_tx(slug) as tx:
         claims = [(int(str(a)), int(str(b))) for a, b in tx.conn.execute(
@@ -421,12 +421,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from db.migrations import drop_schema
-    from db.pool import connection
-    from db.tenancy import create_tenant
-    from tocsin import runtime
+    from db.platform.migrations import drop_schema
+    from db.platform.pool import connection
+    from db.platform.tenancy import create_tenant
+    from tocsin.core import runtime
 
-    # The worker's process settings (actors/worker.py boot): the evaluation below is its code.
+    # The worker's process settings (tocsin/boot/worker.py boot): the evaluation below is its code.
     runtime.tune_collector()
     rng = random.Random(args.seed)
     slug = f"rulebench-{uuid.uuid4().hex[:8]}"

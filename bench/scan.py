@@ -12,7 +12,7 @@ expired), the rest expiring more than 120 days out. Then, in one run, it measure
       (the tick's fan-out) through Redis to a real Dramatiq worker with ``--workers``
       threads (default: one per CPU; ``--workers 1`` scans one tenant after another);
   (b) the naive design: for a sample of due (client, threshold) pairs computed in Python
-      by ``domain.licence``, one transaction per pair: SELECT the key, INSERT if absent;
+      by ``domain.notices.licence``, one transaction per pair: SELECT the key, INSERT if absent;
   (c) the raw ceiling: one bare ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` of as many
       rows as (a) wrote, into an empty table identical to ``notification_ledger``;
   (d) a replay of (a) at the same instant, when everything is claimed already.
@@ -46,8 +46,8 @@ import psycopg
 from psycopg import sql
 
 from bench.services import bench_services
-from domain.identity import Plan, parse_instant, schema_for
-from domain.licence import CADENCE, RULE, SUBJECT_KIND, Outcome, milestone_outcomes
+from domain.notices.licence import CADENCE, RULE, SUBJECT_KIND, Outcome, milestone_outcomes
+from domain.people.identity import Plan, parse_instant, schema_for
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -120,7 +120,7 @@ class ScanTotals:
 
 
 def connect() -> Connection:
-    from tocsin.config import load_settings
+    from tocsin.core.settings import load_settings
 
     return psycopg.connect(load_settings().database_url, autocommit=True)
 
@@ -202,7 +202,7 @@ def client_rows(
 def build(
     conn: Connection, clients: int, tenants: int, today: date, seed: int
 ) -> list[BenchTenant]:
-    from db.tenancy import create_tenant
+    from db.platform.tenancy import create_tenant
 
     width = max(4, len(str(tenants)))
     built: list[BenchTenant] = []
@@ -301,9 +301,9 @@ def project_scan(
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker
 
-    from actors.broker import install_broker
     from actors.scan import scan_tenant
-    from tocsin import runtime
+    from tocsin.core import runtime
+    from tocsin.messaging.broker import install_broker
 
     broker = install_broker(runtime.settings())
 
@@ -510,9 +510,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, embedded: bool) -> None:
-    from db.migrations import migrate_all
-    from db.pool import open_pool
-    from tocsin.config import load_settings
+    from db.platform.migrations import migrate_all
+    from db.platform.pool import open_pool
+    from tocsin.core.settings import load_settings
 
     as_of: datetime = args.as_of or datetime.now(UTC)
     # Open the pool now, with one connection per scanning thread, so that no timed phase

@@ -26,7 +26,7 @@ def bench_services(say: Callable[[str], None], *, quiet: bool = False) -> Iterat
     stop: Callable[[], None] | None = None
     embedded = not os.environ.get("DATABASE_URL")
     if embedded or not os.environ.get("REDIS_URL"):
-        from tocsin.services import start_embedded
+        from tocsin.shell.services import start_embedded
 
         wanted = dict(os.environ)
         wanted.setdefault("SES_ENDPOINT_URL", "http://127.0.0.1:9")
@@ -41,7 +41,7 @@ def bench_services(say: Callable[[str], None], *, quiet: bool = False) -> Iterat
     try:
         yield embedded
     finally:
-        from db.pool import close_pool
+        from db.platform.pool import close_pool
 
         close_pool()
         if stop is not None:
@@ -71,7 +71,7 @@ def wait_ready(server: subprocess.Popen[bytes], port: int, log: Path) -> subproc
 def drop_tenant(conn: Any, slug: str) -> None:
     """Remove a benchmark's tenant, if a previous run left it: its schema, migration records,
     API keys and row, in one transaction."""
-    from db.migrations import drop_schema
+    from db.platform.migrations import drop_schema
 
     with conn.transaction():
         row = conn.execute("SELECT id, schema_name FROM control.tenants WHERE slug = %s", [slug]).fetchone()

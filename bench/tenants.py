@@ -63,7 +63,7 @@ from bench.scan import (
     try_checkpoint,
 )
 from bench.services import bench_services
-from domain.identity import parse_instant
+from domain.people.identity import parse_instant
 from tests.support.many_tenants import add_unmigrated_tenants, remove_tenants_like
 
 if TYPE_CHECKING:
@@ -151,12 +151,12 @@ def fixed_costs(tenants: Sequence[BenchTenant], as_of: datetime) -> dict[str, fl
     """Where a tenant's replay scan spends its time: one pass over ``tenants``, one after
     another in this process, each part timed (milliseconds per tenant); then the claim
     statements' planning and execution as PostgreSQL reports them (EXPLAIN ANALYZE, rolled
-    back). The statements are db/licences.py's own, read from the module."""
-    from db import licences
-    from db.deliveries import schedule_due_deliveries
-    from db.ledger import prepare_claims
-    from db.runs import record_completed
-    from db.tenancy import tenant_tx
+    back). The statements are db/notices/licence_scan.py's own, read from the module."""
+    from db.delivery.deliveries import schedule_due_deliveries
+    from db.notices import licence_scan as licences
+    from db.notices.fanout import prepare_claims
+    from db.platform.runs import record_completed
+    from db.platform.tenancy import tenant_tx
     from domain.liveness import RunKind
 
     parts = dict.fromkeys(("open the tenant transaction", "claim (3 statements)",
@@ -206,17 +206,17 @@ def fixed_costs(tenants: Sequence[BenchTenant], as_of: datetime) -> dict[str, fl
 
 
 def postgres_floor(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[float, float]:
-    """(3c) ms per tenant of the scan's statements alone (db/licences.py's claims, the
+    """(3c) ms per tenant of the scan's statements alone (db/notices/licence_scan.py's claims, the
     notices of what they claimed, the repair pass, the deliveries' scheduling and the
     completion record, as actors/scan.py runs them), each tenant's transaction rolled back so
     every pass does the first scan's work: (fresh connection, same connection again)."""
-    from db.deliveries import schedule_due_deliveries
-    from db.ledger import prepare_claims
-    from db.licences import claim_due_milestones
-    from db.runs import record_completed
-    from db.tenancy import TenantTx, get_tenant
+    from db.delivery.deliveries import schedule_due_deliveries
+    from db.notices.fanout import prepare_claims
+    from db.notices.licence_scan import claim_due_milestones
+    from db.platform.runs import record_completed
+    from db.platform.tenancy import TenantTx, get_tenant
     from domain.liveness import RunKind
-    from tocsin.config import load_settings
+    from tocsin.core.settings import load_settings
 
     known = [get_tenant(t.slug) for t in tenants]
     passes: list[float] = []
@@ -236,11 +236,11 @@ def postgres_floor(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[flo
 
 
 def plan_memory(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[float, float]:
-    """(3d) kB of backend memory per tenant after db/licences.py's three claim statements
+    """(3d) kB of backend memory per tenant after db/notices/licence_scan.py's three claim statements
     ran for it (a replay: nothing to claim), on a connection that does not keep them
     prepared (the catalog caches alone) and on one that does (plus a plan per schema)."""
-    from db import licences
-    from tocsin.config import load_settings
+    from db.notices import licence_scan as licences
+    from tocsin.core.settings import load_settings
 
     def measured(prepared: bool) -> float:
         with psycopg.connect(load_settings().database_url, autocommit=True) as conn:
@@ -255,7 +255,8 @@ def plan_memory(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[float,
                 conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(t.schema)))
                 params = licences._parameters(as_of, t.time_zone)
                 for statement in (licences._EXPIRE, licences._CLAIM, licences._CLOSE):
-                    text = f"{statement} -- {t.schema}"  # the schema's own statement, as db/pool.py names it
+                    # the schema's own statement, as db/platform/pool.py names it
+                    text = f"{statement} -- {t.schema}"
                     for _ in range(2):
                         conn.execute(text, params, prepare=prepared).fetchall()
             return (used() - before) / 1024 / len(tenants)
@@ -273,8 +274,8 @@ def full_tick(conn: Connection, prefix: str, as_of: datetime, workers: int) -> t
     worker runs them. Timed until the scan queue is empty and the worker idle."""
     import dramatiq
 
-    from actors.broker import current_broker
     from actors.scan import tick
+    from tocsin.messaging.broker import current_broker
 
     broker = current_broker()
     active = conn.execute("SELECT count(*) FROM control.tenants WHERE status = 'active'").fetchone()
@@ -297,8 +298,8 @@ def full_tick(conn: Connection, prefix: str, as_of: datetime, workers: int) -> t
 def full_sweep(conn: Connection, prefix: str, workers: int) -> float:
     import dramatiq
 
-    from actors.broker import current_broker
     from actors.sweep import sweep
+    from tocsin.messaging.broker import current_broker
 
     broker = current_broker()
     set_status(conn, prefix, "active")
@@ -336,15 +337,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, embedded: bool) -> None:
-    from db.migrations import migrate_all
-    from db.pool import open_pool
-    from tocsin.config import load_settings
+    from db.platform.migrations import migrate_all
+    from db.platform.pool import open_pool
+    from tocsin.core.settings import load_settings
 
     as_of: datetime = args.as_of or datetime.now(UTC)
     today = as_of.astimezone(UTC).date()
     settings = load_settings()
-    from actors.broker import install_broker
-    from tocsin import runtime
+    from tocsin.core import runtime
+    from tocsin.messaging.broker import install_broker
 
     install_broker(runtime.start(settings))
     open_pool(settings.database_url, max_size=max(settings.db_pool_max, args.workers),

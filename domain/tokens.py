@@ -2,7 +2,7 @@
 
 A token is ``payload.signature``: the payload is URL-safe base64 of compact JSON that
 carries its own expiry; the signature is HMAC-SHA256 over the purpose and the payload with
-the purpose's own key (tocsin.signing_keys derives one per purpose), so a token minted for
+the purpose's own key (tocsin.core.keys derives one per purpose), so a token minted for
 one purpose never verifies for another. Verification accepts a list of keys (the current
 one first, then those of previous secrets), so rotating the secret does not break links
 already sent. Single use, where a purpose needs it, is enforced by whoever stores the

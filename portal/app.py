@@ -20,7 +20,7 @@ from prometheus_client.registry import CollectorRegistry
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 
-from db.export_budget import ExportBudget
+from db.evidence.export_budget import ExportBudget
 from portal.auth import ANY_QUERY, PUBLIC, provide_viewer, requires_login
 from portal.errors import exception_handlers
 from portal.http_latency import HttpLatency
@@ -52,10 +52,10 @@ from portal.routes import (
 from portal.sessions import STORE, SessionStore, session_config
 from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
-from tocsin import runtime
-from tocsin.config import Settings, load_settings
-from tocsin.queues import QueueInspector
-from tocsin.signing_keys import signing_keys
+from tocsin.core import runtime
+from tocsin.core.keys import signing_keys
+from tocsin.core.settings import Settings, load_settings
+from tocsin.messaging.queues import QueueInspector
 
 # static/ sits next to portal/ in the checkout and, installed from the wheel, in site-packages
 # (pyproject.toml ships it): the one beside this portal, never some other folder on sys.path.

@@ -21,11 +21,11 @@ from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 
-from db.clients import Client, get_client
-from db.tenancy import Tenant, TenantTx, tenant_tx
-from db.users import User, authenticate, get_user, spend_a_password_check
+from db.people.clients import Client, get_client
+from db.people.users import User, authenticate, get_user, spend_a_password_check
+from db.platform.tenancy import Tenant, TenantTx, tenant_tx
 from domain.errors import InvalidInput, NotFound
-from domain.identity import Role
+from domain.people.identity import Role
 from portal.links import local_path
 from portal.sessions import AnyConnection, end_session, session_identity
 

@@ -4,7 +4,7 @@ X-Forwarded-For list is read from the right, past every trusted proxy, to the fi
 no trusted proxy vouches for. A client talking to the portal directly cannot choose its
 address with the header: from an untrusted peer it is ignored.
 
-The web process runs uvicorn with its own proxy-header handling off (tocsin.processes), so
+The web process runs uvicorn with its own proxy-header handling off (tocsin.shell.processes), so
 the peer seen here is the real socket peer.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
-from tocsin.config import ConfigError
+from tocsin.core.settings import ConfigError
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 UNKNOWN = "unknown"  # no peer at all (an in-process test client)

@@ -21,8 +21,8 @@ from litestar import Request
 from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from db.export_budget import ExportBudget, ExportSlot
-from db.tenancy import TenantTx
+from db.evidence.export_budget import ExportBudget, ExportSlot
+from db.platform.tenancy import TenantTx
 from portal.settings import PortalSettings
 
 log = logging.getLogger("tocsin.portal")

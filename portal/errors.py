@@ -26,9 +26,9 @@ from litestar.status_codes import (
 )
 from litestar.types import ExceptionHandlersMap
 
-from db.errors import DatabaseUnavailable, NotMigrated
+from db.platform.errors import DatabaseUnavailable, NotMigrated
 from domain.errors import Busy, Conflict, Forbidden, InvalidInput, NotFound
-from domain.licence import RenewalRefused
+from domain.notices.licence import RenewalRefused
 from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 
 log = logging.getLogger("tocsin.portal")

@@ -17,7 +17,7 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
 from domain.errors import Busy
-from tocsin.inbox_events import channel_pattern, decode
+from tocsin.messaging.inbox_events import channel_pattern, decode
 
 log = logging.getLogger("tocsin.live")
 

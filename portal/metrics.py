@@ -1,11 +1,11 @@
 """What a web process's /metrics reports besides its HTTP latency (portal/routes/metrics.py).
 
 Read when Prometheus scrapes, never counted in the request path:
-- the queues (tocsin/queues.py: a few Redis commands per queue, read every scrape);
+- the queues (tocsin/messaging/queues.py: a few Redis commands per queue, read every scrape);
 - this process's open live-inbox streams (portal/live.py);
 - from PostgreSQL, the deliveries that wait or need attention, by status and channel
-  (db/delivery_totals.py) and how long the tenants have gone without a completed scan,
-  sweep and digest run (db/runs.py). These cost a few statements over every tenant, so they
+  (db/delivery/totals.py) and how long the tenants have gone without a completed scan,
+  sweep and digest run (db/platform/runs.py). These cost a few statements over every tenant, so they
   are read at most once every `database_seconds` and the last reading is served in between:
   several Prometheus servers, or a short scrape interval, do not multiply the load.
 
@@ -25,15 +25,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from db.delivery_totals import CHANNELS, OPEN_STATUSES, open_deliveries
-from db.errors import DatabaseUnavailable, NotMigrated
-from db.relay import backlog
-from db.runs import last_runs_of_active_tenants
-from db.tenancy import list_tenants
+from db.delivery.totals import CHANNELS, OPEN_STATUSES, open_deliveries
+from db.events.relay import backlog
+from db.platform.errors import DatabaseUnavailable, NotMigrated
+from db.platform.runs import last_runs_of_active_tenants
+from db.platform.tenancy import list_tenants
 from domain.liveness import RunKind
 from portal.live import InboxListener
-from tocsin.queues import QueueInspector, QueuesUnavailable
-from tocsin.status import tenant_liveness
+from tocsin.messaging.queues import QueueInspector, QueuesUnavailable
+from tocsin.monitoring.status import tenant_liveness
 
 
 @dataclass(frozen=True)

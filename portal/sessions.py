@@ -4,7 +4,7 @@ when they signed in.
 What Litestar's server-side backend does not do, and this one does:
 - a fresh id at every sign-in (whoever planted an id before sign-in must not share the
   session), and no Redis key for an anonymous visitor;
-- the cookie carries the id signed with the session key (tocsin.signing_keys; previous
+- the cookie carries the id signed with the session key (tocsin.core.keys; previous
   secrets still verify), so an id from another deployment or a guessed one is never looked up;
 - keys under the deployment's namespace (``{DRAMATIQ_NAMESPACE}:session:``), so two
   deployments sharing a Redis never accept each other's cookies;
@@ -38,7 +38,7 @@ from litestar.middleware.session.server_side import (
 from litestar.types import Empty, Message, ScopeSession
 from redis.asyncio import Redis as AsyncRedis
 
-from tocsin.signing_keys import KeyRing, Purpose
+from tocsin.core.keys import KeyRing, Purpose
 
 SESSION_COOKIE = "tocsin_session"
 SESSION_ID_BYTES = 32  # random bytes of a session id

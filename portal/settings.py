@@ -1,4 +1,4 @@
-"""The portal's own settings, read once at start-up beside tocsin.config.Settings."""
+"""The portal's own settings, read once at start-up beside tocsin.core.settings.Settings."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from litestar import Request
 
 from portal.client_address import IPNetwork, parse_trusted_proxies
-from tocsin.config import ConfigError, Settings, env_float, env_int
+from tocsin.core.settings import ConfigError, Settings, env_float, env_int
 
 INBOX_POLL_DEFAULT = 30  # seconds between two refreshes of the unread badge
 INBOX_POLL_MINIMUM = 5  # seconds; faster polling only loads the database

@@ -1,7 +1,7 @@
 """Verifying SNS messages: the signing certificate is fetched from one of Amazon's SNS hosts
 (cached per process) and the RSA signature checked over SNS's string to sign.
 
-Only a message that passed domain.sns.check_envelope (allowed topic, fresh, well formed,
+Only a message that passed domain.delivery.sns_messages.check_envelope (allowed topic, fresh, well formed,
 certificate on an SNS host) reaches this module, so an attacker cannot make the portal
 fetch anything by posting to the hook.
 """
@@ -18,7 +18,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from domain.sns import Envelope, Untrusted, string_to_sign
+from domain.delivery.sns_messages import Envelope, Untrusted, string_to_sign
 
 FETCH_TIMEOUT = 5  # seconds
 MAX_CERT_BYTES = 64 * 1024

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from domain.identity import Role
+from domain.people.identity import Role
 from portal.links import local_path
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

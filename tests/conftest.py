@@ -32,7 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _start_services() -> None:
     global _services
-    from tocsin.services import start_embedded
+    from tocsin.shell.services import start_embedded
 
     home = Path(os.environ.get("TOCSIN_TEST_HOME", ROOT / ".tocsin" / "test"))
     env = dict(os.environ)
@@ -58,13 +58,13 @@ def _start_services() -> None:
     os.environ.pop("TOCSIN_EMBEDDED", None)
     os.environ["TOCSIN_TEST_SERVICES_READY"] = "1"  # inherited by worker subprocesses
 
-    from db.migrations import migrate_all
-    from tocsin import runtime
-    from tocsin.config import load_settings
+    from db.platform.migrations import migrate_all
+    from tocsin.core import runtime
+    from tocsin.core.settings import load_settings
 
     migrate_all()
     if "SES_ENDPOINT_URL" in _services.env:  # the local endpoint: sender and ops topic
-        from actors.ops import prepare_local_aws
+        from tocsin.monitoring.ops_alerts import prepare_local_aws
 
         for name, value in prepare_local_aws(load_settings()).items():
             os.environ.setdefault(name, value)
@@ -77,7 +77,7 @@ def _start_services() -> None:
 def process_settings() -> Iterator[None]:
     """A test may point this process's settings elsewhere (runtime.start); the next test
     starts from the session's settings again."""
-    from tocsin import runtime
+    from tocsin.core import runtime
 
     before = runtime.settings()
     yield
@@ -88,13 +88,13 @@ def process_settings() -> Iterator[None]:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _services is not None:
-        from db.pool import close_pool
+        from db.platform.pool import close_pool
 
         close_pool()
         _services.stop()
     if _rabbitmq_vhost is not None:
-        from actors.broker import current_broker
         from tests.support.rabbitmq import delete_vhost
+        from tocsin.messaging.broker import current_broker
 
         current_broker().close()
         delete_vhost(*_rabbitmq_vhost)

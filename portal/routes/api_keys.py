@@ -1,7 +1,7 @@
 """API keys, for the tenant's administrators: the keys a host product uses for the events
 API, created (the key is shown once, in the answer to the form that made it, and never
 again: only its hash is kept), listed with when each was last used, and revoked after a
-confirmation. The same use cases as `tocsin apikey create|list|revoke` (db/api_keys.py)."""
+confirmation. The same use cases as `tocsin apikey create|list|revoke` (db/events/api_keys.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from litestar.plugins.htmx import HTMXRequest
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_201_CREATED, HTTP_303_SEE_OTHER
 
-from db.api_keys import ApiKey, create_api_key, list_api_keys, revoke_api_key
-from db.inbox import unread_count
-from db.tenancy import tenant_tx
+from db.delivery.inbox import unread_count
+from db.events.api_keys import ApiKey, create_api_key, list_api_keys, revoke_api_key
+from db.platform.tenancy import tenant_tx
 from domain.errors import Forbidden, InvalidInput, NotFound
 from portal.auth import CurrentViewer, Viewer
 

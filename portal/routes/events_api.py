@@ -29,14 +29,14 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import Body, HeaderParameter
 
-from db.api_idempotency import Answer, answer_once
-from db.api_keys import CallerKey, recognise_key
-from db.errors import DatabaseUnavailable, NotMigrated
-from db.events import record_events
-from db.tenancy import tenant_tx
+from db.events.api_idempotency import Answer, answer_once
+from db.events.api_keys import CallerKey, recognise_key
+from db.events.outbox import record_events
+from db.platform.errors import DatabaseUnavailable, NotMigrated
+from db.platform.tenancy import tenant_tx
 from domain.errors import Busy, InvalidInput, NotFound
-from domain.events import BATCH_LIMIT, EventIn, InvalidEvents, Problem, parse_batch, parse_event
-from domain.json_input import MAX_JSON_DEPTH, NUMBER_WORDS, InvalidJson, body_problem
+from domain.events.intake import BATCH_LIMIT, EventIn, InvalidEvents, Problem, parse_batch, parse_event
+from domain.events.json_input import MAX_JSON_DEPTH, NUMBER_WORDS, InvalidJson, body_problem
 from portal.auth import PUBLIC, UnknownParameter
 from portal.client_address import client_address
 from portal.ratelimit import ApiKeyFailures, ApiKeyRateLimit

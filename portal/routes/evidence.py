@@ -13,8 +13,9 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Stream, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from db.delivery_reviews import Decision, decide_held_delivery, reviews_of
-from db.evidence import (
+from db.delivery.inbox import unread_count
+from db.delivery.reviews import Decision, decide_held_delivery, reviews_of
+from db.evidence.ledger_view import (
     LedgerCursor,
     LedgerFilter,
     LedgerStatus,
@@ -27,16 +28,15 @@ from db.evidence import (
     stuck_claims,
     troubled_deliveries,
 )
-from db.inbox import unread_count
-from db.rules import list_rules
-from db.runs import last_runs
-from db.tenancy import tenant_tx
+from db.platform.runs import last_runs
+from db.platform.tenancy import tenant_tx
+from db.rules.definitions import list_rules
 from domain.errors import Conflict, InvalidInput, NotFound
-from domain.identity import parse_date, parse_whole_number
+from domain.people.identity import parse_date, parse_whole_number
 from portal.auth import CurrentViewer, Viewer
 from portal.downloads import csv_download, download_time_limit
-from tocsin.config import Settings
-from tocsin.status import tenant_liveness
+from tocsin.core.settings import Settings
+from tocsin.monitoring.status import tenant_liveness
 
 STATUS_LABELS = {
     LedgerStatus.CLAIMED: "Claimed", LedgerStatus.SKIPPED: "Skipped (window passed)",

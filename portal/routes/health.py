@@ -21,13 +21,13 @@ from litestar import Request, get
 from litestar.response import Response
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
-from db.errors import DatabaseUnavailable
-from db.health import check_database
+from db.platform.errors import DatabaseUnavailable
+from db.platform.health import check_database
 from domain.liveness import RunKind
 from portal.auth import PUBLIC
-from tocsin.config import Settings
-from tocsin.queues import QueueInspector, QueuesUnavailable
-from tocsin.status import MachineryStatus, machinery_status
+from tocsin.core.settings import Settings
+from tocsin.messaging.queues import QueueInspector, QueuesUnavailable
+from tocsin.monitoring.status import MachineryStatus, machinery_status
 
 log = logging.getLogger("tocsin.health")
 

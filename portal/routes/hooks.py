@@ -18,9 +18,21 @@ from litestar.status_codes import (
     HTTP_502_BAD_GATEWAY,
 )
 
-from db.provider_events import ProviderEvent, Replayed, confirm_subscription_once, record_notification
+from db.delivery.provider_events import (
+    ProviderEvent,
+    Replayed,
+    confirm_subscription_once,
+    record_notification,
+)
+from domain.delivery.sns_messages import (
+    Envelope,
+    SnsTrust,
+    Untrusted,
+    check_envelope,
+    load_sns_json,
+    parse_ses_event,
+)
 from domain.errors import NotFound
-from domain.sns import Envelope, SnsTrust, Untrusted, check_envelope, load_sns_json, parse_ses_event
 from portal.auth import PUBLIC
 from portal.settings import app_settings
 from portal.sns import ConfirmationFailed, verify_signature, visit_subscribe_url

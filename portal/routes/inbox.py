@@ -17,7 +17,7 @@ from litestar.plugins.htmx import HTMXRequest
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_200_OK, HTTP_303_SEE_OTHER
 
-from db.inbox import (
+from db.delivery.inbox import (
     Cursor,
     InboxItem,
     acknowledge,
@@ -29,7 +29,7 @@ from db.inbox import (
     newer_items,
     unread_count,
 )
-from db.tenancy import TenantTx, tenant_tx
+from db.platform.tenancy import TenantTx, tenant_tx
 from domain.errors import InvalidInput, NotFound
 from portal.auth import VIEWER_IN_HANDLER, CurrentViewer, Viewer, viewer_tx
 

@@ -15,11 +15,11 @@ from litestar.params import Body, FromPath, QueryParameter
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from db.clients import Client, get_client, list_clients, renew_licence
-from db.inbox import unread_count
-from db.tenancy import tenant_tx
+from db.delivery.inbox import unread_count
+from db.people.clients import Client, get_client, list_clients, renew_licence
+from db.platform.tenancy import tenant_tx
 from domain.errors import NotFound
-from domain.licence import RENEWAL_WINDOW_DAYS
+from domain.notices.licence import RENEWAL_WINDOW_DAYS
 from portal.auth import BEYOND_THE_WALL, CurrentViewer, Viewer, safe_next
 
 SOON = RENEWAL_WINDOW_DAYS  # days before expiry from which a client user may renew

@@ -15,9 +15,9 @@ from litestar.params import Body, FromPath, QueryParameter
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_400_BAD_REQUEST
 
-from db.clients import list_clients
-from db.inbox import unread_count
-from db.members import (
+from db.delivery.inbox import unread_count
+from db.people.clients import list_clients
+from db.people.members import (
     INVITE_PURPOSE,
     accept_invitation,
     deactivate,
@@ -26,14 +26,14 @@ from db.members import (
     list_members,
     set_role,
 )
-from db.tenancy import tenant_tx
+from db.platform.tenancy import tenant_tx
 from domain.errors import InvalidInput, NotFound
-from domain.identity import parse_whole_number, valid_role
+from domain.people.identity import parse_whole_number, valid_role
 from domain.tokens import verify
 from portal.auth import PUBLIC, CurrentViewer, Viewer
 from portal.routes.login import signed_in_redirect
 from portal.sessions import session_store, start_session
-from tocsin.signing_keys import SigningKeys
+from tocsin.core.keys import SigningKeys
 
 INVITATION_DAYS = 7  # days an invitation link works
 FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright

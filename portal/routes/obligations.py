@@ -14,9 +14,9 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, QueryParameter
 from litestar.response import Stream, Template
 
-from db.evidence import attempts_for
-from db.inbox import unread_count
-from db.obligations import (
+from db.delivery.inbox import unread_count
+from db.evidence.ledger_view import attempts_for
+from db.notices.obligation_list import (
     Cursor,
     ObligationFilter,
     csv_lines,
@@ -27,9 +27,9 @@ from db.obligations import (
     subject_notices,
     subject_obligations,
 )
-from db.tenancy import tenant_tx
+from db.platform.tenancy import tenant_tx
 from domain.errors import Forbidden, InvalidInput
-from domain.identity import parse_whole_number
+from domain.people.identity import parse_whole_number
 from portal.auth import CurrentViewer, Viewer
 from portal.downloads import csv_download, download_time_limit
 

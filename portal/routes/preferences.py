@@ -15,8 +15,8 @@ from litestar.plugins.htmx import HTMXRequest
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_200_OK, HTTP_303_SEE_OTHER, HTTP_422_UNPROCESSABLE_ENTITY
 
-from db.inbox import unread_count
-from db.preferences import (
+from db.delivery.inbox import unread_count
+from db.people.preferences import (
     CategoryDefault,
     CategoryLocked,
     CategoryPreference,
@@ -28,11 +28,9 @@ from db.preferences import (
     save_schedule,
     save_user_preference,
 )
-from db.tenancy import tenant_tx
-from domain.errors import InvalidInput, NotFound
-from domain.identity import WHOLE_NUMBER, Role
-from domain.preferences import Frequency, Preference, valid_category, valid_frequency
-from domain.quiet_hours import (
+from db.platform.tenancy import tenant_tx
+from domain.delivery.preferences import Frequency, Preference, valid_category, valid_frequency
+from domain.delivery.quiet_hours import (
     WEEKDAYS,
     DeliverySchedule,
     QuietHours,
@@ -42,6 +40,8 @@ from domain.quiet_hours import (
     valid_zone_name,
     zone_names,
 )
+from domain.errors import InvalidInput, NotFound
+from domain.people.identity import WHOLE_NUMBER, Role
 from portal.auth import CurrentViewer, Viewer
 
 FREQUENCY_LABELS = {

@@ -1,7 +1,7 @@
 """The rule builder: create and edit a rule with a form (the trigger, a condition builder
 whose rows are added, removed and re-typed through htmx, the actions, the template with a
-live preview). Saving goes through db/rules.py (create_rule / update_rule, which validate
-with domain/rules.py parse_rule); every error is shown at the field its path names."""
+live preview). Saving goes through db/rules/definitions.py (create_rule / update_rule, which validate
+with domain/rules/definitions.py parse_rule); every error is shown at the field its path names."""
 
 from __future__ import annotations
 
@@ -18,16 +18,14 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_422_UNPROCESSABLE_ENTITY
 
-from db.products import Product, list_products
-from db.rule_vocabulary import facts_seen, recent_subjects
-from db.rules import Rule, create_rule, get_rule, update_rule
-from db.template_preview import preview_templates
-from db.tenancy import TenantTx, tenant_tx
-from domain.conditions import PathError
+from db.events.products import Product, list_products
+from db.platform.tenancy import TenantTx, tenant_tx
+from db.rules.definitions import Rule, create_rule, get_rule, update_rule
+from db.rules.template_preview import preview_templates
+from db.rules.vocabulary import facts_seen, recent_subjects
 from domain.errors import Conflict, InvalidInput
-from domain.identity import parse_whole_number
-from domain.obligations import TURNAROUND_AFTER, DueDate
-from domain.rule_builder import (
+from domain.people.identity import parse_whole_number
+from domain.rules.builder import (
     ConditionRow,
     FactChoice,
     RecipientRow,
@@ -38,7 +36,8 @@ from domain.rule_builder import (
     form_of,
     operators_for,
 )
-from domain.rules import (
+from domain.rules.conditions import PathError
+from domain.rules.definitions import (
     CATEGORIES,
     CHANNELS,
     KINDS,
@@ -47,6 +46,7 @@ from domain.rules import (
     InvalidRule,
     rule_errors,
 )
+from domain.rules.obligation_dates import TURNAROUND_AFTER, DueDate
 from portal.auth import CurrentViewer, Viewer
 from portal.routes.rules import admin_only, base_context, chosen_product
 
@@ -114,7 +114,7 @@ def _tree(form: FormMultiDict, tree: str) -> Tree:
 
 
 def read_form(form: FormMultiDict) -> RuleForm:
-    """The builder's fields as posted (shaped into JSON by domain.rule_builder)."""
+    """The builder's fields as posted (shaped into JSON by domain.rules.builder)."""
     types, values = _texts(form, "recipient_type"), _texts(form, "recipient_value")
     if len(types) != len(values):
         raise InvalidInput("the recipient rows are incomplete; reload the page")

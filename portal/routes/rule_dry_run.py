@@ -1,5 +1,5 @@
 """The dry run in the console: a saved rule against a chosen subject or recent event, every
-step and condition with the value seen, and why it would not fire (db/dry_run.py, the use
+step and condition with the value seen, and why it would not fire (db/rules/dry_run.py, the use
 case `tocsin rules dry-run` runs too)."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from litestar.params import FromPath, QueryParameter
 from litestar.plugins.htmx import HTMXRequest
 from litestar.response import Template
 
-from db.dry_run import dry_run_rule
-from db.rule_vocabulary import recent_events, recent_subjects
-from db.rules import get_rule
-from db.tenancy import tenant_tx
-from domain.conditions import LeafTrace
-from domain.identity import parse_whole_number
-from domain.rule_diff import describe_condition
+from db.platform.tenancy import tenant_tx
+from db.rules.definitions import get_rule
+from db.rules.dry_run import dry_run_rule
+from db.rules.vocabulary import recent_events, recent_subjects
+from domain.people.identity import parse_whole_number
+from domain.rules.conditions import LeafTrace
+from domain.rules.diff import describe_condition
 from portal.auth import CurrentViewer
 from portal.routes.rules import admin_only, base_context
 

@@ -18,10 +18,10 @@ from litestar.plugins.htmx import HTMXRequest
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_422_UNPROCESSABLE_ENTITY
 
-from db.inbox import unread_count
-from db.products import Product, list_products
-from db.rule_stats import NEVER, rule_stats
-from db.rules import (
+from db.delivery.inbox import unread_count
+from db.events.products import Product, list_products
+from db.platform.tenancy import TenantTx, tenant_tx
+from db.rules.definitions import (
     Rule,
     create_rule,
     export_rules,
@@ -31,11 +31,11 @@ from db.rules import (
     rule_versions,
     set_enabled,
 )
-from db.tenancy import TenantTx, tenant_tx
+from db.rules.stats import NEVER, rule_stats
 from domain.errors import Conflict, Forbidden, InvalidInput
-from domain.json_input import InvalidJson, load_json
-from domain.rule_diff import describe_trigger, diff_rules
-from domain.rules import CODE, InvalidRule
+from domain.events.json_input import InvalidJson, load_json
+from domain.rules.definitions import CODE, InvalidRule
+from domain.rules.diff import describe_trigger, diff_rules
 from portal.auth import CurrentViewer, Viewer
 
 IMPORT_MAX_BYTES = 2 * 1024 * 1024  # bytes of an uploaded rules file (1,000 rules fit)

@@ -1,6 +1,6 @@
 """Organisation settings, for the tenant's administrators: what Tocsin does when an email's
 outcome is unknown (the provider may or may not have it), with the trade-off beside each
-choice. The same use case as `tocsin tenant unknown-outcome` (db/tenancy.py)."""
+choice. The same use case as `tocsin tenant unknown-outcome` (db/platform/tenancy.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from litestar.params import Body, QueryParameter
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
-from db.inbox import unread_count
-from db.tenancy import set_unknown_outcome_policy, tenant_tx
-from domain.delivery import UnknownPolicy
+from db.delivery.inbox import unread_count
+from db.platform.tenancy import set_unknown_outcome_policy, tenant_tx
+from domain.delivery.states import UnknownPolicy
 from domain.errors import NotFound
 from portal.auth import CurrentViewer, Viewer
 

@@ -13,14 +13,14 @@ from litestar.params import FromPath
 from litestar.response import Template
 from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
 
-from db.preferences import resolve_preference, unsubscribe_email
-from db.tenancy import tenant_tx
-from db.users import get_user
+from db.people.preferences import resolve_preference, unsubscribe_email
+from db.people.users import get_user
+from db.platform.tenancy import tenant_tx
+from domain.delivery.unsubscribe import UnsubscribeScope, read_unsubscribe_token
 from domain.errors import InvalidInput, NotFound
 from domain.tokens import TokenExpired
-from domain.unsubscribe import UnsubscribeScope, read_unsubscribe_token
 from portal.auth import PUBLIC
-from tocsin.signing_keys import SigningKeys
+from tocsin.core.keys import SigningKeys
 
 INVALID = ("This unsubscribe link is not valid",
            "It may have been copied incompletely. Open the link from your most recent email, "

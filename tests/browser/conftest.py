@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Playwright, sync_playwright
 
-from db.tenancy import Tenant
+from db.platform.tenancy import Tenant
 from tests.integration.conftest import new_tenant, remove_tenant
 from tests.support.portal_server import ROOT, serve_portal
 

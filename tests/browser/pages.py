@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from playwright.sync_api import Browser, ConsoleMessage, Page, ViewportSize
 
-from db.tenancy import Tenant
+from db.platform.tenancy import Tenant
 
 EXPECT_TIMEOUT = 15_000  # milliseconds a page may take to show what the test waits for
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Route, expect
 
-from db.inbox import add_to_inbox
-from db.tenancy import Tenant, tenant_tx
-from db.users import User
+from db.delivery.inbox import add_to_inbox
+from db.people.users import User
+from db.platform.tenancy import Tenant, tenant_tx
 from tests.browser.test_portal_browser import DESKTOP, open_page, sign_in
 from tests.browser.test_portal_flows import CLIENT_EMAIL, POLL_WAIT_MS, seed
 from tests.support.portal_server import serve_portal

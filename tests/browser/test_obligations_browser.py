@@ -14,14 +14,14 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from actors.scan import scan_tenant
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 from portal.templating import short_date
 from tests.browser.test_portal_browser import DESKTOP, PASSWORD, open_page, sign_in
 from tests.integration.conftest import RunningWorker
-from tocsin.client import TocsinClient
-from tocsin.demo_metrology import certificate_event, demo_certificates, set_up_metrology
+from tocsin.shell.client import TocsinClient
+from tocsin.shell.demo_metrology import certificate_event, demo_certificates, set_up_metrology
 
 pytestmark = pytest.mark.browser
 

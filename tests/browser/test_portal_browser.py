@@ -11,12 +11,12 @@ from zoneinfo import ZoneInfo
 import pytest
 from playwright.sync_api import Browser, Page, ViewportSize, expect
 
-from db.clients import create_client
-from db.ledger import prepare_claims
-from db.licences import claim_due_milestones
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.notices.fanout import prepare_claims
+from db.notices.licence_scan import claim_due_milestones
+from db.people.clients import create_client
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 from tests.browser import pages
 from tests.browser.pages import open_page
 

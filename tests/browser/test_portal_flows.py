@@ -13,13 +13,13 @@ from zoneinfo import ZoneInfo
 import pytest
 from playwright.sync_api import Browser, expect
 
-from db.clients import create_client
-from db.inbox import add_to_inbox
-from db.ledger import prepare_claims
-from db.licences import claim_due_milestones
-from db.tenancy import Tenant, tenant_tx
-from db.users import User, create_user
-from domain.identity import Role
+from db.delivery.inbox import add_to_inbox
+from db.notices.fanout import prepare_claims
+from db.notices.licence_scan import claim_due_milestones
+from db.people.clients import create_client
+from db.people.users import User, create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 from tests.browser.test_portal_browser import DESKTOP, PASSWORD, open_page, sign_in
 
 pytestmark = pytest.mark.browser

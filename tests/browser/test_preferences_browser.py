@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, expect
 
-from db.preferences import delivery_schedule, resolve_preference, save_category_default
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
-from domain.preferences import Frequency, Preference
+from db.people.preferences import delivery_schedule, resolve_preference, save_category_default
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.preferences import Frequency, Preference
+from domain.people.identity import Role
 from tests.browser.pages import open_page, sign_in
 
 pytestmark = pytest.mark.browser

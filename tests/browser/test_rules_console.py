@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from db.rules import create_rule, get_rule, list_rules
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import create_rule, get_rule, list_rules
+from domain.people.identity import Role
 from tests.browser.pages import open_page, sign_in
 from tests.integration.portal_support import local_today
 from tests.integration.rule_builders import add_product, add_subject

@@ -13,9 +13,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from db.api_keys import create_api_key
-from db.tenancy import Tenant
-from domain.events import parse_batch, parse_event
+from db.events.api_keys import create_api_key
+from db.platform.tenancy import Tenant
+from domain.events.intake import parse_batch, parse_event
 from tests.fuzz.budget import TALLY, is_server_error, share
 from tests.fuzz.values import ANY_TEXT, DEEP_JSON, HUGE_INTEGERS, TRICKY
 from tests.integration.intake_support import fraud_desk

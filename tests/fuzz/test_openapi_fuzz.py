@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from schemathesis.core import NotSet
 from schemathesis.generation import GenerationMode
 
-from db.api_keys import create_api_key
+from db.events.api_keys import create_api_key
 from tests.fuzz.budget import is_server_error, share
 from tests.fuzz.client import SKIPPED_ROUTES, FuzzClient
 from tests.fuzz.schema import openapi_schema

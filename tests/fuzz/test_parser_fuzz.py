@@ -12,20 +12,20 @@ from urllib.parse import quote
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from domain.delivery.sns_messages import SnsTrust, Untrusted, check_envelope, load_sns_json, parse_ses_event
+from domain.delivery.unsubscribe import read_unsubscribe_token, unsubscribe_token
 from domain.errors import InvalidInput
-from domain.sns import SnsTrust, Untrusted, check_envelope, load_sns_json, parse_ses_event
 from domain.tokens import sign, verify
-from domain.unsubscribe import read_unsubscribe_token, unsubscribe_token
 from tests.fuzz.budget import is_server_error, share
 from tests.fuzz.client import FuzzClient
 from tests.fuzz.values import ANY_TEXT, TRICKY
 from tests.integration.portal_support import People, PortalClient
 from tests.support.sns_signer import SnsSigner, ses_event
-from tocsin.config import load_settings
-from tocsin.signing_keys import signing_keys
+from tocsin.core.keys import signing_keys
+from tocsin.core.settings import load_settings
 
 NOW = datetime(2027, 1, 1, 12, 0, tzinfo=UTC)
-KEY = b"fuzz-key-fuzz-key-fuzz-key-32byt"  # a signing key, as tocsin.signing_keys derives them
+KEY = b"fuzz-key-fuzz-key-fuzz-key-32byt"  # a signing key, as tocsin.core.keys derives them
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | ANY_TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(ANY_TEXT, inner, max_size=4),

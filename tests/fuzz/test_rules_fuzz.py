@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from db.products import create_product
-from db.tenancy import tenant_tx
+from db.events.products import create_product
+from db.platform.tenancy import tenant_tx
 from tests.fuzz.budget import is_server_error, share
 from tests.fuzz.client import FuzzClient
 from tests.fuzz.values import ANY_TEXT, DEEP_JSON, HUGE_INTEGERS, TRICKY

@@ -9,10 +9,10 @@ from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from db.clients import Client, create_client
-from db.tenancy import Tenant, tenant_tx
-from db.users import User, create_user
-from domain.identity import Plan, Role
+from db.people.clients import Client, create_client
+from db.people.users import User, create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Plan, Role
 
 PASSWORD = "correct-horse-battery"
 

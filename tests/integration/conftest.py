@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from db.migrations import drop_schema
-from db.pool import connection
-from db.tenancy import Tenant, create_tenant
+from db.platform.migrations import drop_schema
+from db.platform.pool import connection
+from db.platform.tenancy import Tenant, create_tenant
 from tests.support.faulty_ses import FaultySes
 from tests.support.sns_signer import SnsSigner
 
@@ -86,8 +86,8 @@ class SesOutbox:
     def reset(self) -> None:
         request = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")
         urllib.request.urlopen(request, timeout=10).close()
-        from actors.ops import prepare_local_aws
-        from tocsin import runtime
+        from tocsin.core import runtime
+        from tocsin.monitoring.ops_alerts import prepare_local_aws
 
         prepare_local_aws(runtime.settings())
 
@@ -120,7 +120,7 @@ class RunningWorker:
     def __init__(self) -> None:
         import dramatiq
 
-        from actors.broker import current_broker
+        from tocsin.messaging.broker import current_broker
 
         self.broker = broker = current_broker()
         broker.flush_all()
@@ -152,8 +152,8 @@ def faulty_ses(ses: SesOutbox) -> Iterator[FaultySes]:
     mailer (its policy and delay are set by the test)."""
     from dataclasses import replace
 
-    from actors.ses import SesMailer, set_mailer
-    from tocsin.config import load_settings
+    from tocsin.core.settings import load_settings
+    from tocsin.providers.ses import SesMailer, set_mailer
 
     with FaultySes(ses.endpoint) as proxy:
         set_mailer(SesMailer(replace(load_settings(), ses_endpoint_url=proxy.url)))
@@ -180,8 +180,8 @@ class OpsInbox:
     on the local endpoint."""
 
     def __init__(self) -> None:
-        from actors.ses import aws_client
-        from tocsin.config import load_settings
+        from tocsin.core.settings import load_settings
+        from tocsin.providers.ses import aws_client
 
         settings = load_settings()
         assert settings.ops_topic_arn, "the test services set OPS_TOPIC_ARN"
@@ -216,6 +216,6 @@ def use_settings(**changes: Any) -> None:
     process_settings fixture restores the session's afterwards)."""
     from dataclasses import replace
 
-    from tocsin import runtime
+    from tocsin.core import runtime
 
     runtime.start(replace(runtime.settings(), **changes))

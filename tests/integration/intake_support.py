@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from db.products import add_unit, create_product
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.events.products import add_unit, create_product
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 
 PASSWORD = "correct-horse-battery"
 

@@ -8,9 +8,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 from tests.integration.builders import PASSWORD
 
 

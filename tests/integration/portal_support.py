@@ -15,16 +15,16 @@ import redis
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from db.clients import Client, create_client
-from db.inbox import inbox_page, unread_count
-from db.ledger import prepare_claims
-from db.licences import claim_due_milestones
-from db.tenancy import Tenant, tenant_tx
-from db.users import User, create_user
-from domain.identity import Role
+from db.delivery.inbox import inbox_page, unread_count
+from db.notices.fanout import prepare_claims
+from db.notices.licence_scan import claim_due_milestones
+from db.people.clients import Client, create_client
+from db.people.users import User, create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 from portal.app import create_app
 from portal.ratelimit import PREFIX as THROTTLE_PREFIX
-from tocsin.config import load_settings
+from tocsin.core.settings import load_settings
 
 PASSWORD = "correct horse battery"
 GENERIC_ERROR = "email or password is wrong"

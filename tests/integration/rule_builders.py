@@ -8,7 +8,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from db.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, tenant_tx
 
 
 def add_product(tenant: Tenant, code: str = "fraud", *, subject_kinds: tuple[str, ...] = ("case",),

@@ -1,6 +1,6 @@
 """bench/obligations.py at a tiny size, as a subprocess on the suite's services: it builds
 its tenants, scans, replays, measures the ceiling, finds the scan's ledger equal to what
-domain/obligations.py computes subject by subject, prints its figures and drops its tenants.
+domain/rules/obligation_dates.py computes subject by subject, prints its figures and drops its tenants.
 No figure is asserted: only that the bench runs and its own checks pass."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from db.pool import connection
+from db.platform.pool import connection
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def test_the_obligations_bench_runs_at_a_tiny_size_and_leaves_nothing_behind() -
         cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=900, check=False)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
-    assert "matches domain/obligations.py" in out
+    assert "matches domain/rules/obligation_dates.py" in out
     assert re.search(r"^    0 new ledger rows in .* \(unchanged\)$", out, re.MULTILINE), out
     claimed = re.search(r"^    ([\d,]+) ledger rows \(([\d,]+) claimed \+ ([\d,]+) skipped", out,
                         re.MULTILINE)

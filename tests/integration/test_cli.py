@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from db.pool import connection
-from db.tenancy import Tenant
+from db.platform.pool import connection
+from db.platform.tenancy import Tenant
 from tests.integration.builders import add_client, ledger
-from tocsin.cli import main
+from tocsin.shell.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -62,7 +62,7 @@ def test_tenant_create_and_list(capsys: pytest.CaptureFixture[str]) -> None:
         assert_refused(capsys, None, "exists already",
                        "tenant", "create", slug, "--name", "Again", "--tz", "UTC")
     finally:
-        from db.tenancy import get_tenant
+        from db.platform.tenancy import get_tenant
         from tests.integration.conftest import remove_tenant
 
         remove_tenant(get_tenant(slug))

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from db.api_keys import key_hash, recognise_key
-from db.pool import connection
-from db.tenancy import Tenant
+from db.events.api_keys import key_hash, recognise_key
+from db.platform.pool import connection
+from db.platform.tenancy import Tenant
 from tests.integration.builders import add_admin
 from tests.integration.test_cli import run
 

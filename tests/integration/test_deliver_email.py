@@ -10,13 +10,13 @@ import pytest
 
 from actors.email import deliver_email
 from actors.scan import run_scan
-from actors.ses import Accepted, Mailer, OutgoingEmail, ProviderError, SesMailer, set_mailer
-from db.deliveries import Answer, ClaimedEmail, claim_delivery, record_step
-from db.tenancy import Tenant, tenant_tx
-from domain.delivery import ErrorClass
+from db.delivery.deliveries import Answer, ClaimedEmail, claim_delivery, record_step
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.states import ErrorClass
 from tests.integration.builders import add_client, ledger, scalar
 from tests.integration.conftest import RunningWorker, SesOutbox
-from tocsin.config import load_settings
+from tocsin.core.settings import load_settings
+from tocsin.providers.ses import Accepted, Mailer, OutgoingEmail, ProviderError, SesMailer, set_mailer
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 
@@ -47,8 +47,8 @@ def restore_mailer() -> Iterator[None]:
 def _one_pending_delivery(tenant: Tenant) -> int:
     add_client(tenant, AS_OF.date() + timedelta(days=7), name="Mail Ltd", users=1)
     with tenant_tx(tenant.slug) as tx:
-        from db.ledger import prepare_claims
-        from db.licences import claim_due_milestones
+        from db.notices.fanout import prepare_claims
+        from db.notices.licence_scan import claim_due_milestones
 
         claim_due_milestones(tx, AS_OF)
         prepare_claims(tx)
@@ -180,8 +180,8 @@ def test_a_recipient_deactivated_after_the_claim_is_not_emailed(
 def _pending_deliveries(tenant: Tenant, users: int) -> list[int]:
     add_client(tenant, AS_OF.date() + timedelta(days=7), name="Batch Ltd", users=users)
     with tenant_tx(tenant.slug) as tx:
-        from db.ledger import prepare_claims
-        from db.licences import claim_due_milestones
+        from db.notices.fanout import prepare_claims
+        from db.notices.licence_scan import claim_due_milestones
 
         claim_due_milestones(tx, AS_OF)
         prepare_claims(tx)

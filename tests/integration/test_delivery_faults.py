@@ -26,19 +26,19 @@ import pytest
 import redis
 
 from actors.email import deliver_email
-from actors.rate_limit import SendRateLimiter, Slots, set_limiter
 from actors.scan import run_scan
-from actors.ses import SesMailer, set_mailer
 from actors.sweep import run_sweep, sweep
-from actors.worker import WORKER_BROKER
-from db.tenancy import Tenant, tenant_tx
-from domain.delivery import ErrorClass
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.states import ErrorClass
 from tests.integration.builders import add_clients_in_bulk, run_concurrently
 from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox, use_settings, wait_until
 from tests.integration.test_deliver_email import FailingMailer
 from tests.support.faulty_ses import FaultySes
 from tests.support.rabbitmq import lose_every_message
-from tocsin.config import load_settings
+from tocsin.boot.worker import WORKER_BROKER
+from tocsin.core.settings import load_settings
+from tocsin.providers.send_rate import SendRateLimiter, Slots, set_limiter
+from tocsin.providers.ses import SesMailer, set_mailer
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 THREADS = 4  # worker threads: the number of sends in flight when the answers are held

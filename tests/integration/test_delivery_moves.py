@@ -1,4 +1,4 @@
-"""One source of truth for delivery moves: the state machine in domain/delivery.py is the
+"""One source of truth for delivery moves: the state machine in domain/delivery/states.py is the
 table PostgreSQL checks every status change against, so no SQL anywhere (a guarded UPDATE,
 a provider event, the sweeper) can make a move the domain forbids. Every other test in the
 suite runs with that check in place: each status change they cause is a move the domain
@@ -11,12 +11,12 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from db.pool import connection
-from db.provider_events import ProviderEvent, apply_event
-from db.tenancy import Tenant, tenant_tx
-from domain.delivery import TRANSITIONS, Status, can_move, provider_event_move
+from db.delivery.provider_events import ProviderEvent, apply_event
+from db.platform.pool import connection
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.states import TRANSITIONS, Status, can_move, provider_event_move
 from tests.integration.builders import add_admin, add_client
-from tocsin.timekeeping import utcnow
+from tocsin.core.clock import utcnow
 
 
 def _one_delivery(tenant: Tenant, status: str) -> int:

@@ -8,11 +8,11 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from actors.digest import run_digests
 from actors.email import deliver_email
-from db.digests import build_due_digests, digest_email, mark_digest_items_delivered
-from db.licences import claim_due_milestones
-from db.preferences import save_schedule, set_channel, set_frequency
-from db.tenancy import Tenant, tenant_tx
-from domain.preferences import Channel, Frequency
+from db.delivery.digests import build_due_digests, digest_email, mark_digest_items_delivered
+from db.notices.licence_scan import claim_due_milestones
+from db.people.preferences import save_schedule, set_channel, set_frequency
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.preferences import Channel, Frequency
 from tests.integration.builders import add_admin, add_client, run_concurrently, scalar
 from tests.integration.conftest import SesOutbox
 

@@ -12,8 +12,8 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from db.api_keys import create_api_key, revoke_api_key
-from db.tenancy import Tenant
+from db.events.api_keys import create_api_key, revoke_api_key
+from db.platform.tenancy import Tenant
 from portal.app import create_app
 from portal.ratelimit import API_KEY_FAILURE_WINDOW_SECONDS, API_KEY_FAILURES
 from portal.settings import load_portal_settings
@@ -21,8 +21,8 @@ from tests.integration.builders import run_concurrently
 from tests.integration.intake_support import Desk, case_event, events_of, fraud_desk
 from tests.integration.portal_support import forget_sign_in_failures
 from tests.support.portal_server import serve_portal
-from tocsin.client import TocsinApiError, TocsinClient
-from tocsin.config import load_settings
+from tocsin.core.settings import load_settings
+from tocsin.shell.client import TocsinApiError, TocsinClient
 
 ApiClient = TestClient[Litestar]
 

@@ -9,13 +9,13 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from db.events import record_events
-from db.tenancy import Tenant, tenant_tx
+from db.events.outbox import record_events
+from db.platform.tenancy import Tenant, tenant_tx
 from domain.errors import InvalidInput
-from domain.events import InvalidEvents, parse_event
+from domain.events.intake import InvalidEvents, parse_event
 from tests.integration.intake_support import Desk, case_event, events_of, fraud_desk
-from tocsin.config import load_settings
-from tocsin.outbox import record_event
+from tocsin.core.settings import load_settings
+from tocsin.shell.outbox import record_event
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ from litestar.testing import TestClient
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from db.export_budget import APPLICATION_NAME
-from db.pool import connection
+from db.evidence.export_budget import APPLICATION_NAME
+from db.platform.pool import connection
 from portal.app import create_app
 from portal.settings import load_portal_settings
 from tests.integration.portal_support import People, signed_in
-from tocsin import runtime
+from tocsin.core import runtime
 
 
 def test_the_ledger_export_reads_through_the_evidence_database_and_needs_only_select(

@@ -7,17 +7,17 @@ from typing import Any
 
 import pytest
 
-from db.facts import (
+from db.events.facts import (
     load_all_facts,
     load_all_facts_of_subjects,
     load_facts,
     load_facts_of_subjects,
     load_subject_facts,
 )
-from db.tenancy import Tenant, TenantTx, tenant_tx
-from db.users import create_user
-from domain.conditions import WantedFacts
-from domain.identity import Role
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, TenantTx, tenant_tx
+from domain.people.identity import Role
+from domain.rules.conditions import WantedFacts
 from tests.integration.rule_builders import add_product, add_subject
 
 

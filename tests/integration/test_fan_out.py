@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-import db.tenancy
+import db.platform.tenancy
 from actors.digest import run_digests
 from actors.scan import run_scan
 from actors.sweep import run_sweep
-from db.runs import fan_out_order
-from db.tenancy import Tenant
+from db.platform.runs import fan_out_order
+from db.platform.tenancy import Tenant
 from domain.liveness import RunKind
 from tests.integration.builders import add_client
 
@@ -52,9 +52,9 @@ def test_under_a_budget_of_two_scans_per_tick_five_tenants_are_all_reached_in_th
 
 @pytest.fixture
 def transactions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The tenant transactions opened (one entry per pool check-out by db.tenancy)."""
+    """The tenant transactions opened (one entry per pool check-out by db.platform.tenancy)."""
     opened: list[str] = []
-    real = db.tenancy.connection
+    real = db.platform.tenancy.connection
 
     @contextmanager
     def counted() -> Iterator[Any]:
@@ -62,7 +62,7 @@ def transactions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         with real() as conn:
             yield conn
 
-    monkeypatch.setattr(db.tenancy, "connection", counted)
+    monkeypatch.setattr(db.platform.tenancy, "connection", counted)
     return opened
 
 

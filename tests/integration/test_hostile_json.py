@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from db.api_keys import create_api_key
-from db.rules import list_rules
-from db.tenancy import Tenant, tenant_tx
-from domain.json_input import MAX_JSON_DEPTH
+from db.events.api_keys import create_api_key
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import list_rules
+from domain.events.json_input import MAX_JSON_DEPTH
 from tests.integration.intake_support import Desk, case_event, events_of, fraud_desk
 from tests.integration.portal_support import PortalClient, csrf_token
 from tests.integration.rule_builders import add_product, rule_json
@@ -181,7 +181,7 @@ def test_the_installed_command_exits_2_with_one_line_on_a_deeply_nested_file(
     path = tmp_path / "deep.json"
     path.write_text(DEEP)
     for document in (str(path), "-"):
-        done = subprocess.run([sys.executable, "-m", "tocsin.cli", "rules", "import", "--tenant",
+        done = subprocess.run([sys.executable, "-m", "tocsin.shell.cli", "rules", "import", "--tenant",
                                tenant.slug, document], input=DEEP, capture_output=True, text=True,
                               timeout=120, env=dict(os.environ))
         assert done.returncode == 2, done.stderr[-1000:]

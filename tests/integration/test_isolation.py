@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from db.ledger import prepare_claims
-from db.licences import claim_due_milestones
-from db.pool import close_pool, connection, open_pool
-from db.tenancy import Connection, Tenant, tenant_tx
+from db.notices.fanout import prepare_claims
+from db.notices.licence_scan import claim_due_milestones
+from db.platform.pool import close_pool, connection, open_pool
+from db.platform.tenancy import Connection, Tenant, tenant_tx
 from tests.integration.builders import add_admin, add_client, ledger
 
 AS_OF = datetime(2027, 4, 1, 12, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""json and jsonb values read as Python through the process's decoder (db/pool.py
+"""json and jsonb values read as Python through the process's decoder (db/platform/pool.py
 json_loads: msgspec, with the standard library for what msgspec refuses), against the
 real PostgreSQL."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from db.pool import connection
+from db.platform.pool import connection
 
 
 def test_json_and_jsonb_values_read_as_the_standard_library_reads_them() -> None:

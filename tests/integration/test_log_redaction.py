@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from db.api_keys import create_api_key
-from db.members import invite_member
-from db.tenancy import tenant_tx
-from domain.identity import Role
-from domain.unsubscribe import unsubscribe_token
+from db.events.api_keys import create_api_key
+from db.people.members import invite_member
+from db.platform.tenancy import tenant_tx
+from domain.delivery.unsubscribe import unsubscribe_token
+from domain.people.identity import Role
 from portal.redaction import REDACTED, install_log_redaction, redact
 from tests.integration.conftest import WAIT_LIMIT
 from tests.integration.portal_support import People
 from tests.support.portal_server import serve_portal
-from tocsin.config import load_settings
-from tocsin.signing_keys import signing_keys
+from tocsin.core.keys import signing_keys
+from tocsin.core.settings import load_settings
 
 
 def _status(url: str, data: bytes | None = None) -> int:

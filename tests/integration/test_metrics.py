@@ -21,11 +21,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from actors.metrics import WORKER_REGISTRY, install_endpoint
 from actors.scan import run_scan, scan_tenant
-from db.delivery_totals import CHANNELS, OPEN_STATUSES
-from db.tenancy import Tenant
-from domain.delivery import ErrorClass
+from db.delivery.totals import CHANNELS, OPEN_STATUSES
+from db.platform.tenancy import Tenant
+from domain.delivery.states import ErrorClass
 from domain.liveness import RunKind
 from portal.live import InboxListener
 from portal.metrics import WebCollector
@@ -41,9 +40,10 @@ from tests.integration.time_rule_support import (
 )
 from tests.support.faulty_ses import FaultySes
 from tests.support.procfile_stack import ROOT, ProcfileStack, environment
-from tocsin.config import ConfigError, load_settings
-from tocsin.queues import PRODUCT_QUEUES, QueueInspector
-from tocsin.services import free_port
+from tocsin.core.settings import ConfigError, load_settings
+from tocsin.messaging.queues import PRODUCT_QUEUES, QueueInspector
+from tocsin.monitoring.metrics import WORKER_REGISTRY, install_endpoint
+from tocsin.shell.services import free_port
 
 OPS = ROOT / "ops"
 DASHBOARD = OPS / "grafana" / "tocsin-dashboard.json"

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 from psycopg import sql
 
-from db.migrations import TENANT
-from db.pool import connection
+from db.platform.migrations import TENANT
+from db.platform.pool import connection
 from tests.integration.conftest import wait_until
 from tests.support.many_tenants import add_unmigrated_tenants, remove_tenants_like
 

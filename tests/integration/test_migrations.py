@@ -7,9 +7,9 @@ import uuid
 import pytest
 from psycopg import errors, sql
 
-from db.migrations import TENANT, migrate_all
-from db.pool import connection
-from db.tenancy import Tenant, create_tenant, list_tenants
+from db.platform.migrations import TENANT, migrate_all
+from db.platform.pool import connection
+from db.platform.tenancy import Tenant, create_tenant, list_tenants
 
 
 def test_migrating_twice_applies_nothing_the_second_time(tenant: Tenant) -> None:

@@ -20,17 +20,17 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from actors.relay import breaker, relay_tick
-from db.api_keys import create_api_key
-from db.clients import create_client
-from db.rules import create_rule
-from db.tenancy import Tenant, tenant_tx
-from domain.events import InvalidEvents
+from db.events.api_keys import create_api_key
+from db.people.clients import create_client
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import create_rule
+from domain.events.intake import InvalidEvents
 from tests.integration.conftest import RunningWorker, wait_until
 from tests.integration.intake_support import Desk, case_event, fraud_desk
 from tests.integration.portal_support import People, PortalClient, local_today, signed_in
 from tests.integration.test_cli import run
-from tocsin.config import load_settings
-from tocsin.outbox import record_event
+from tocsin.core.settings import load_settings
+from tocsin.shell.outbox import record_event
 
 HUGE = 10**400  # a field of 1 followed by 400 zeros: float() of it raises OverflowError
 HUGE_JSON = "1" + "0" * 400

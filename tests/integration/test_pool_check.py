@@ -1,4 +1,4 @@
-"""The pool's check before it hands out a connection (db.pool.check_connection): a
+"""The pool's check before it hands out a connection (db.platform.pool.check_connection): a
 connection whose backend ended is replaced, not handed out. (That a well one is handed out
 without a round trip shows in bench/badge_anatomy.py's pool checkout.)"""
 
@@ -10,9 +10,9 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from db.pool import check_connection
+from db.platform.pool import check_connection
 from tests.integration.conftest import wait_until
-from tocsin.config import load_settings
+from tocsin.core.settings import load_settings
 
 
 @pytest.fixture

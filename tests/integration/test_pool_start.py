@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from db import pool
-from db.pool import close_pool, connection
+from db.platform import pool
+from db.platform.pool import close_pool, connection
 from tests.integration.builders import run_concurrently
 
 

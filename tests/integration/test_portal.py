@@ -1,6 +1,6 @@
 """The portal over real PostgreSQL and Redis: signing in, the inbox, marking read, licence
 pages, CSRF and error pages. Notifications come from the real licence scan (claim, then
-prepare) or, where a test needs particular text, from db.inbox.add_to_inbox."""
+prepare) or, where a test needs particular text, from db.delivery.inbox.add_to_inbox."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from litestar.testing import TestClient
 
-from db.inbox import add_to_inbox
-from db.members import deactivate
-from db.tenancy import tenant_tx
+from db.delivery.inbox import add_to_inbox
+from db.people.members import deactivate
+from db.platform.tenancy import tenant_tx
 from portal.app import create_app
 from portal.sessions import SESSION_COOKIE
 from portal.settings import load_portal_settings
@@ -29,7 +29,7 @@ from tests.integration.portal_support import (
     signed_in,
     unread_of,
 )
-from tocsin.config import ConfigError, load_settings
+from tocsin.core.settings import ConfigError, load_settings
 
 
 def test_the_login_page_asks_for_organisation_email_and_password(portal: PortalClient) -> None:

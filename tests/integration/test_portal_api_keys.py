@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from db.api_keys import create_api_key, list_api_keys
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.events.api_keys import create_api_key, list_api_keys
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 from tests.integration.intake_support import case_event, events_of, fraud_desk
 from tests.integration.portal_support import (
     HTMX,

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from db.inbox import add_to_inbox
-from db.tenancy import Tenant, tenant_tx
+from db.delivery.inbox import add_to_inbox
+from db.platform.tenancy import Tenant, tenant_tx
 from portal.ratelimit import ACCOUNT_FAILURES, ADDRESS_FAILURES
 from portal.sessions import SESSION_COOKIE
 from tests.integration.builders import add_admin, add_client

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from db.export_budget import APPLICATION_NAME
-from db.pool import connection
-from db.tenancy import Tenant, tenant_tx
+from db.evidence.export_budget import APPLICATION_NAME
+from db.platform.pool import connection
+from db.platform.tenancy import Tenant, tenant_tx
 from tests.integration.builders import PASSWORD, add_admin, add_client
 from tests.integration.conftest import WAIT_LIMIT, wait_until
 from tests.integration.portal_support import forget_sign_in_failures, local_today

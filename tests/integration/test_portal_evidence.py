@@ -15,9 +15,9 @@ from typing import Any
 import anyio
 import pytest
 
-from db.evidence import stuck_claims
-from db.rule_notices import PreparationFailed, prepare_rule_claims, record_preparation_failure
-from db.tenancy import tenant_tx
+from db.evidence.ledger_view import stuck_claims
+from db.notices.rule_notices import PreparationFailed, prepare_rule_claims, record_preparation_failure
+from db.platform.tenancy import tenant_tx
 from tests.integration.builders import scalar
 from tests.integration.platform_builders import add_product, add_rule, add_subject, fire
 from tests.integration.portal_support import (

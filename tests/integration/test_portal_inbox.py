@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from db.inbox import add_to_inbox
-from db.tenancy import tenant_tx
+from db.delivery.inbox import add_to_inbox
+from db.platform.tenancy import tenant_tx
 from portal.sessions import SESSION_COOKIE
 from tests.integration.builders import scalar
 from tests.integration.portal_support import (

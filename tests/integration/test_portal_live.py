@@ -19,11 +19,11 @@ import redis
 from litestar.testing import TestClient
 
 from actors.scan import run_scan
-from db.clients import create_client
-from db.inbox import add_to_inbox
-from db.tenancy import Tenant, tenant_tx
-from db.users import User, create_user
-from domain.identity import Role
+from db.delivery.inbox import add_to_inbox
+from db.people.clients import create_client
+from db.people.users import User, create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 from portal.app import create_app
 from portal.live import InboxListener
 from portal.settings import PortalSettings
@@ -38,8 +38,8 @@ from tests.integration.portal_support import (
     signed_in,
 )
 from tests.support.portal_server import ROOT, serve_portal
-from tocsin.config import load_settings
-from tocsin.inbox_events import InboxAnnouncer, channel, decode
+from tocsin.core.settings import load_settings
+from tocsin.messaging.inbox_events import InboxAnnouncer, channel, decode
 
 LOGS = ROOT / "test-artifacts"
 

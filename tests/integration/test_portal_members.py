@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from db.licences import claim_due_milestones
-from db.tenancy import tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.notices.licence_scan import claim_due_milestones
+from db.people.users import create_user
+from db.platform.tenancy import tenant_tx
+from domain.people.identity import Role
 from domain.tokens import sign
 from portal.sessions import SESSION_COOKIE
 from tests.integration.builders import delivery_statuses, scalar
@@ -24,8 +24,8 @@ from tests.integration.portal_support import (
     sign_in,
     signed_in,
 )
-from tocsin.config import load_settings
-from tocsin.signing_keys import signing_keys
+from tocsin.core.keys import signing_keys
+from tocsin.core.settings import load_settings
 
 NEW_PASSWORD = "a brand new passphrase"
 

@@ -17,18 +17,18 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from actors.scan import run_scan
-from db.api_keys import create_api_key
-from db.calendar import save_calendar
-from db.inbox import acknowledge, inbox_page
-from db.rules import create_rule
-from db.tenancy import tenant_tx
-from db.users import create_user
-from domain.identity import Role
-from domain.obligations import Calendar
+from db.delivery.inbox import acknowledge, inbox_page
+from db.events.api_keys import create_api_key
+from db.people.users import create_user
+from db.platform.tenancy import tenant_tx
+from db.rules.calendar import save_calendar
+from db.rules.definitions import create_rule
+from domain.people.identity import Role
+from domain.rules.obligation_dates import Calendar
 from portal.templating import short_date
 from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
 from tests.integration.portal_support import PASSWORD, People, PortalClient, sign_in, signed_in
-from tocsin.demo_metrology import (
+from tocsin.shell.demo_metrology import (
     CALIBRATION_RULE,
     CERTIFICATES,
     certificate_event,

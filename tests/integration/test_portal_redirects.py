@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from db.inbox import add_to_inbox
-from db.tenancy import tenant_tx
+from db.delivery.inbox import add_to_inbox
+from db.platform.tenancy import tenant_tx
 from tests.integration.portal_support import People, PortalClient, sign_in
 
 CRAFTED = ["/\\evil.example", "/\\/evil.example", "/\t/evil.example", "/%2F/evil.example",

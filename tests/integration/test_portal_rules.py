@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from db.rules import create_rule, export_rules, get_rule, list_rules, rule_versions
-from db.tenancy import Tenant, tenant_tx
-from db.users import User, create_user
-from domain.identity import Role
+from db.people.users import User, create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import create_rule, export_rules, get_rule, list_rules, rule_versions
+from domain.people.identity import Role
 from tests.integration.portal_support import (
     HTMX,
     PASSWORD,

@@ -9,11 +9,11 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from db.clients import Renewal, get_client, license_events, renew_licence
-from db.licences import claim_due_milestones
-from db.tenancy import tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.notices.licence_scan import claim_due_milestones
+from db.people.clients import Renewal, get_client, license_events, renew_licence
+from db.people.users import create_user
+from db.platform.tenancy import tenant_tx
+from domain.people.identity import Role
 from tests.integration.builders import delivery_statuses, scalar
 from tests.integration.portal_support import (
     HTMX,

@@ -11,16 +11,16 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from db.preferences import resolve_preference, save_category_default
-from db.tenancy import Tenant, tenant_tx
-from db.users import User, create_user
-from domain.identity import Role
-from domain.preferences import CATEGORIES, Frequency, Preference
-from domain.unsubscribe import unsubscribe_token
+from db.people.preferences import resolve_preference, save_category_default
+from db.people.users import User, create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.preferences import CATEGORIES, Frequency, Preference
+from domain.delivery.unsubscribe import unsubscribe_token
+from domain.people.identity import Role
 from portal.app import create_app
 from tests.integration.conftest import new_tenant, remove_tenant
-from tocsin.config import load_settings
-from tocsin.signing_keys import signing_keys
+from tocsin.core.keys import signing_keys
+from tocsin.core.settings import load_settings
 
 PASSWORD = "correct horse battery"
 HTMX = {"HX-Request": "true", "HX-Current-URL": "http://testserver.local/preferences"}

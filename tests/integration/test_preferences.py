@@ -11,7 +11,7 @@ import pytest
 from actors.email import deliver_email
 from actors.scan import run_scan
 from actors.sweep import run_sweep
-from db.preferences import (
+from db.people.preferences import (
     apply_send_check,
     delivery_send_check,
     email_send_check,
@@ -22,8 +22,8 @@ from db.preferences import (
     set_channel,
     set_frequency,
 )
-from db.tenancy import Tenant, tenant_tx
-from domain.preferences import (
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.preferences import (
     CATEGORIES,
     Channel,
     Frequency,
@@ -32,10 +32,10 @@ from domain.preferences import (
     TenantDefault,
     resolve,
 )
-from domain.quiet_hours import QuietHours, quiet_hours_end
+from domain.delivery.quiet_hours import QuietHours, quiet_hours_end
 from tests.integration.builders import add_client, scalar
 from tests.integration.conftest import RunningWorker, SesOutbox
-from tocsin.timekeeping import pinned
+from tocsin.core.clock import pinned
 
 LICENCE = "license_expiring"
 
@@ -241,8 +241,8 @@ def test_an_opt_out_after_the_claim_cancels_the_pending_email_and_the_inbox_row_
     as_of = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
     user = _client_user(tenant, as_of=as_of)
     with tenant_tx(tenant.slug) as tx:
-        from db.ledger import prepare_claims
-        from db.licences import claim_due_milestones
+        from db.notices.fanout import prepare_claims
+        from db.notices.licence_scan import claim_due_milestones
 
         claim_due_milestones(tx, as_of)
         prepare_claims(tx, as_of)
@@ -288,7 +288,7 @@ def test_the_send_check_sees_quiet_hours_digests_and_locks(tenant: Tenant) -> No
 
 
 def test_members_cannot_change_a_locked_category(tenant: Tenant) -> None:
-    from db.preferences import CategoryLocked
+    from db.people.preferences import CategoryLocked
 
     user = _client_user(tenant)
     with tenant_tx(tenant.slug) as tx:

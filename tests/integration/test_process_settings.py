@@ -12,10 +12,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("actors", "db", "domain", "portal", "tocsin")
-# The entry points: each reads the settings once for its process (tocsin/runtime.py says how).
+# The entry points: each reads the settings once for its process (tocsin/core/runtime.py says how).
 READS_SETTINGS = {
-    "tocsin/runtime.py", "tocsin/processes.py", "actors/worker.py", "actors/clock.py",
-    "portal/app.py", "tocsin/config.py",
+    "tocsin/core/runtime.py", "tocsin/shell/processes.py", "tocsin/boot/worker.py", "tocsin/boot/clock.py",
+    "portal/app.py", "tocsin/core/settings.py",
 }
 
 
@@ -27,7 +27,7 @@ def test_importing_the_portal_and_every_actor_needs_no_settings_and_no_running_r
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "REDIS_URL", "SES_ENDPOINT_URL", "OPS_TOPIC_ARN")}
     env["REDIS_URL"] = "redis://127.0.0.1:1/0"  # nothing listens there
-    code = ("import portal.app, actors, actors.worker, tocsin.cli; "
+    code = ("import portal.app, actors, tocsin.boot.worker, tocsin.shell.cli; "
             "import dramatiq; print(type(dramatiq.get_broker()).__name__)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
@@ -65,5 +65,5 @@ def test_no_product_module_writes_to_the_environment() -> None:
     # pgserver finds its socket directory through XDG_RUNTIME_DIR, which only the process
     # that starts the embedded PostgreSQL sets, before starting it.
     assert writes == [
-        "tocsin/services.py: os.environ.setdefault('XDG_RUNTIME_DIR', str(home / 'run'))"
+        "tocsin/shell/services.py: os.environ.setdefault('XDG_RUNTIME_DIR', str(home / 'run'))"
     ], writes

@@ -10,7 +10,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from db.tenancy import Tenant
+from db.platform.tenancy import Tenant
 from tests.integration.builders import add_client, claimed
 from tests.integration.conftest import SesOutbox, wait_until
 

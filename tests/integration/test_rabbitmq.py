@@ -26,18 +26,18 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import dq_name, xq_name
 from litestar.testing import TestClient
 
-from actors.broker import current_broker
 from actors.email import EMAILS_PER_MESSAGE
 from actors.scan import scan_tenant, tick
 from actors.sweep import sweep
-from actors.sweeper_marker import MARKER_NAME
-from db.tenancy import Tenant
+from db.platform.tenancy import Tenant
 from portal.app import create_app
 from tests.integration.builders import add_admin, add_client, delivery_statuses, ledger
 from tests.integration.conftest import WAIT_LIMIT, RunningWorker, SesOutbox, wait_until
 from tests.support.rabbitmq import LOCAL_RABBITMQ, create_vhost, delete_vhost, unreachable_reason
-from tocsin import runtime
-from tocsin.queues import QueueInspector
+from tocsin.core import runtime
+from tocsin.messaging.broker import current_broker
+from tocsin.messaging.queues import QueueInspector
+from tocsin.messaging.sweeper_marker import MARKER_NAME
 
 TOCSIN = str(Path(sys.executable).parent / "tocsin")
 AS_OF = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)

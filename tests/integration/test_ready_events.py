@@ -1,4 +1,4 @@
-"""The wake-up a host's commit sends through PostgreSQL (db/ready_events.py): it arrives
+"""The wake-up a host's commit sends through PostgreSQL (db/events/ready_events.py): it arrives
 only when the host's transaction commits, names the tenant, and a rollback sends none."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from db.ready_events import ready_tenants
-from db.tenancy import Tenant
+from db.events.ready_events import ready_tenants
+from db.platform.tenancy import Tenant
 from tests.integration.intake_support import case_event, fraud_desk
-from tocsin.config import load_settings
-from tocsin.outbox import record_event
+from tocsin.core.settings import load_settings
+from tocsin.shell.outbox import record_event
 
 
 @pytest.fixture

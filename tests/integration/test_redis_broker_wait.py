@@ -1,4 +1,4 @@
-"""The Redis broker's idle consumers wait on their queue's list (actors/redis_broker.py)
+"""The Redis broker's idle consumers wait on their queue's list (tocsin/messaging/redis_broker.py)
 instead of sleeping and polling, against the real Redis the suite runs on.
 
 No figure here depends on timing: an idle wait is made a minute long, so a consumer that
@@ -16,9 +16,9 @@ import dramatiq
 import pytest
 import redis
 
-from actors import redis_broker
-from actors.redis_broker import WakingRedisBroker
-from tocsin import runtime
+from tocsin.core import runtime
+from tocsin.messaging import redis_broker
+from tocsin.messaging.redis_broker import WakingRedisBroker
 
 from .conftest import wait_until
 

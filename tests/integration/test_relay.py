@@ -13,15 +13,15 @@ import pytest
 from psycopg import sql
 
 from actors.relay import breaker, relay_tenant, relay_tick
-from db.evaluations import evaluate_claimed, stored_trace, stored_traces
-from db.relay import claim_events, tenants_with_ready_events
-from db.rules import create_rule
-from db.tenancy import Tenant, tenant_tx
+from db.events.relay import claim_events, tenants_with_ready_events
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import create_rule
+from db.rules.evaluations import evaluate_claimed, stored_trace, stored_traces
 from tests.integration.conftest import RunningWorker, use_settings, wait_until
 from tests.integration.intake_support import case_event, fraud_desk
 from tests.integration.test_cli import run
-from tocsin import runtime
-from tocsin.outbox import record_event
+from tocsin.core import runtime
+from tocsin.shell.outbox import record_event
 
 BIG_CASE_RULE: dict[str, Any] = {
     "name": "Large case created", "product": "fraud", "kind": "created",

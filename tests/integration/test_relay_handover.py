@@ -14,15 +14,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from actors.broker import current_broker
 from actors.prepare import send_preparation
 from actors.relay import coordination, relay_tenant
-from db.rules import create_rule
-from db.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import create_rule
 from tests.integration.intake_support import case_event, fraud_desk
-from tocsin import runtime
-from tocsin.outbox import record_event
-from tocsin.queues import RabbitmqQueueDepths, RedisQueueDepths
+from tocsin.core import runtime
+from tocsin.messaging.broker import current_broker
+from tocsin.messaging.queues import RabbitmqQueueDepths, RedisQueueDepths
+from tocsin.shell.outbox import record_event
 
 QUEUE = "prepare_fraud"
 ON_RABBITMQ = bool(os.environ.get("BROKER_URL"))

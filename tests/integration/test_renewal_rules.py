@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
-from db.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, tenant_tx
 from tests.integration.portal_support import (
     People,
     PortalClient,

@@ -1,4 +1,4 @@
-"""Preparing rule notices (db/rule_notices.py) over real Postgres: recipients bound late,
+"""Preparing rule notices (db/notices/rule_notices.py) over real Postgres: recipients bound late,
 preferences and channels applied by the licence's statement, a refused template replaced
 by the default one and listed on Needs attention, other failures recorded in a fresh
 transaction and shown there too, and the actor on a product's own queue
@@ -11,22 +11,22 @@ from datetime import UTC, datetime, time, timedelta
 import pytest
 
 from actors.prepare import prepare_notices, send_committed_claims
-from db.evidence import defaulted_notices, failed_preparations
-from db.members import list_members
-from db.preferences import save_schedule, set_channel, set_frequency
-from db.rule_notices import (
+from db.evidence.ledger_view import defaulted_notices, failed_preparations
+from db.notices.rule_notices import (
     PreparationFailed,
     PreparedReport,
     prepare_rule_claims,
     record_preparation_failure,
     unprepared_rule_claims,
 )
-from db.tenancy import Tenant, tenant_tx
-from db.users import authenticate, set_password
+from db.people.members import list_members
+from db.people.preferences import save_schedule, set_channel, set_frequency
+from db.people.users import authenticate, set_password
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.preferences import OPTED_OUT, Channel, Frequency
+from domain.delivery.quiet_hours import QuietHours
 from domain.errors import InvalidInput, NotFound
-from domain.identity import Role, valid_role
-from domain.preferences import OPTED_OUT, Channel, Frequency
-from domain.quiet_hours import QuietHours
+from domain.people.identity import Role, valid_role
 from tests.integration.builders import PASSWORD, scalar
 from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
 from tests.integration.platform_builders import (
@@ -38,7 +38,7 @@ from tests.integration.platform_builders import (
     fire,
     reassign,
 )
-from tocsin import runtime
+from tocsin.core import runtime
 
 ASSIGNEES = [{"type": "assignees"}]
 UNRESOLVABLE = [{"type": "nobody"}]  # a recipient preparation cannot resolve (saved before validation)
@@ -393,8 +393,8 @@ def test_a_worker_prepares_a_claim_sent_to_its_products_queue(
 
 
 def test_send_time_honours_a_critical_rule_in_quiet_hours(tenant: Tenant) -> None:
-    from db.preferences import delivery_send_check
-    from domain.preferences import SendAction
+    from db.people.preferences import delivery_send_check
+    from domain.delivery.preferences import SendAction
 
     product = add_product(tenant)
     user = add_person(tenant, "critical@example.com")

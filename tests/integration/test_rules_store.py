@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from db.rules import (
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import (
     candidate_indexes_of,
     candidate_rules,
     candidate_rules_of,
@@ -20,9 +21,8 @@ from db.rules import (
     set_enabled,
     update_rule,
 )
-from db.tenancy import Tenant, tenant_tx
 from domain.errors import Conflict, NotFound
-from domain.rules import InvalidRule
+from domain.rules.definitions import InvalidRule
 from tests.integration.rule_builders import (
     add_product,
     no_template_problems,
@@ -226,7 +226,7 @@ def test_every_change_to_the_rules_however_made_gives_them_a_new_revision(tenant
         set_enabled(tx, rule_id, False, "ana")
     seen.append(_revision(tenant))
     with tenant_tx(tenant.slug) as tx:
-        tx.conn.execute("UPDATE rules SET enabled = true")  # by hand, outside db/rules.py
+        tx.conn.execute("UPDATE rules SET enabled = true")  # by hand, outside db/rules/definitions.py
     seen.append(_revision(tenant))
     with tenant_tx(tenant.slug) as tx:
         tx.conn.execute("SELECT 1 FROM rules")  # reading changes nothing

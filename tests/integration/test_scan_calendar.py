@@ -8,10 +8,10 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from actors.scan import run_scan
-from db.clients import create_client
-from db.tenancy import Tenant, tenant_tx
-from domain.identity import Plan
-from domain.licence import Outcome, milestone_outcomes
+from db.people.clients import create_client
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.notices.licence import Outcome, milestone_outcomes
+from domain.people.identity import Plan
 from tests.integration.builders import (
     add_admin,
     add_client,
@@ -26,7 +26,7 @@ from tests.integration.conftest import RunningWorker, SesOutbox
 def test_the_claim_sql_agrees_with_the_domain_cadence_on_every_day_and_plan(
     tenant: Tenant,
 ) -> None:
-    """domain/licence.py is the specification; the set-based SQL must record exactly its
+    """domain/notices/licence.py is the specification; the set-based SQL must record exactly its
     outcomes: claimed where the domain says due, skipped where it says skipped."""
     today = date(2027, 6, 1)
     clients = {}

@@ -8,15 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 from dramatiq import Broker
 
-from actors.broker import current_broker
-from actors.dispatch import send_committed_emails
 from actors.email import deliver_email
 from actors.scan import run_scan, scan_tenant, tick
 from actors.sweep import run_sweep
-from db.deliveries import REENQUEUE_AFTER_SECONDS, schedule_due_deliveries
-from db.ledger import prepare_claims
-from db.licences import claim_due_milestones
-from db.tenancy import Tenant, on_commit, remove_commit_listener, tenant_tx
+from db.delivery.deliveries import REENQUEUE_AFTER_SECONDS, schedule_due_deliveries
+from db.notices.fanout import prepare_claims
+from db.notices.licence_scan import claim_due_milestones
+from db.platform.tenancy import Tenant, on_commit, remove_commit_listener, tenant_tx
 from tests.integration.builders import (
     add_admin,
     add_client,
@@ -27,6 +25,8 @@ from tests.integration.builders import (
     scan_concurrently,
 )
 from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
+from tocsin.messaging.broker import current_broker
+from tocsin.messaging.dispatch import send_committed_emails
 
 AS_OF = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
 TODAY = AS_OF.date()

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-import db.export_budget
-import db.tenancy
+import db.evidence.export_budget
+import db.platform.tenancy
 from actors.scan import run_scan
 from actors.sweep import run_sweep
-from db.pool import connection
-from db.tenancy import Tenant
+from db.platform.pool import connection
+from db.platform.tenancy import Tenant
 from tests.integration.builders import add_client, delivery_statuses
 from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
 from tests.integration.portal_support import People, PortalClient, signed_in
@@ -83,22 +83,22 @@ class _ObservedConnection:
 @pytest.fixture
 def schemas_touched(monkeypatch: pytest.MonkeyPatch) -> SchemasTouched:
     seen = SchemasTouched()
-    real = db.tenancy.connection
+    real = db.platform.tenancy.connection
 
     @contextmanager
     def observed() -> Iterator[Any]:
         with real() as conn:
             yield _ObservedConnection(conn, seen)
 
-    monkeypatch.setattr(db.tenancy, "connection", observed)
-    # The ledger export reads on a connection of its own (db/export_budget.py).
-    real_read_tx = db.export_budget.tenant_read_tx
+    monkeypatch.setattr(db.platform.tenancy, "connection", observed)
+    # The ledger export reads on a connection of its own (db/evidence/export_budget.py).
+    real_read_tx = db.evidence.export_budget.tenant_read_tx
 
     def observed_read_tx(conn: Any, slug: str) -> Any:
         seen.exports += 1
         return real_read_tx(_ObservedConnection(conn, seen), slug)
 
-    monkeypatch.setattr(db.export_budget, "tenant_read_tx", observed_read_tx)
+    monkeypatch.setattr(db.evidence.export_budget, "tenant_read_tx", observed_read_tx)
     return seen
 
 

@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from db.tenancy import tenant_tx
+from db.platform.tenancy import tenant_tx
+from domain.delivery.unsubscribe import unsubscribe_token
 from domain.tokens import sign
-from domain.unsubscribe import unsubscribe_token
 from portal.app import create_app
 from portal.sessions import SESSION_COOKIE
 from tests.integration.builders import scalar
 from tests.integration.conftest import WAIT_LIMIT
 from tests.integration.portal_support import People, PortalClient, csrf_token, sign_in, signed_in
-from tocsin.config import DEV_SESSION_SECRET, Settings, load_settings
-from tocsin.services import free_port
-from tocsin.signing_keys import MIN_SECRET_BYTES, Purpose, derive_key, signing_keys
+from tocsin.core.keys import MIN_SECRET_BYTES, Purpose, derive_key, signing_keys
+from tocsin.core.settings import DEV_SESSION_SECRET, Settings, load_settings
+from tocsin.shell.services import free_port
 
 TOCSIN = str(Path(sys.executable).parent / "tocsin")
 ROOT = Path(__file__).resolve().parents[2]

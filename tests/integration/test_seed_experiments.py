@@ -15,10 +15,10 @@ from litestar.testing import TestClient
 from actors.email import deliver_email
 from actors.scan import run_scan
 from actors.sweep import run_sweep
-from db.clients import renew_licence
-from db.deliveries import ClaimedEmail, claim_delivery
-from db.licences import claim_due_milestones
-from db.tenancy import Tenant, set_unknown_outcome_policy, tenant_tx
+from db.delivery.deliveries import ClaimedEmail, claim_delivery
+from db.notices.licence_scan import claim_due_milestones
+from db.people.clients import renew_licence
+from db.platform.tenancy import Tenant, set_unknown_outcome_policy, tenant_tx
 from portal.app import create_app
 from tests.integration.builders import add_client, ledger, scalar, scan_concurrently
 from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox, use_settings

@@ -11,12 +11,12 @@ from email.headerregistry import HeaderRegistry
 
 import pytest
 
-import actors.mime_message as mime_message
-from actors.mime_message import MessageComposer
-from actors.ses import OutgoingEmail, SesMailer, aws_client
+import tocsin.providers.mime_message as mime_message
 from tests.integration.conftest import SesOutbox
 from tests.support.faulty_ses import FaultySes
-from tocsin.config import load_settings
+from tocsin.core.settings import load_settings
+from tocsin.providers.mime_message import MessageComposer
+from tocsin.providers.ses import OutgoingEmail, SesMailer, aws_client
 
 CASES = [
     OutgoingEmail("<d.1@tocsin.example>", "member1@example.com", "Access ends in 30 days",

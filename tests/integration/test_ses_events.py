@@ -17,7 +17,7 @@ from litestar.testing import TestClient
 
 from actors.email import deliver_email
 from actors.scan import run_scan
-from db.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, tenant_tx
 from portal.app import create_app
 from portal.sns import MAX_CACHED_CERTIFICATES, cached_certificate_urls
 from tests.integration.builders import add_client, scalar
@@ -57,7 +57,7 @@ def _events(tenant: Tenant) -> int:
 
 
 def _control(sql: str, *params: object) -> object:
-    from db.pool import connection
+    from db.platform.pool import connection
 
     with connection() as conn:
         row = conn.execute(sql, list(params)).fetchone()
@@ -152,8 +152,8 @@ def test_the_certificate_is_fetched_once_whatever_its_query_string_and_the_cache
 def test_seen_message_ids_past_their_retention_are_pruned_a_bounded_batch_at_a_time(
     tenant: Tenant, hook: TestClient[Litestar], sns_signer: SnsSigner
 ) -> None:
-    from db.pool import connection
-    from db.provider_events import PRUNE_BATCH
+    from db.delivery.provider_events import PRUNE_BATCH
+    from db.platform.pool import connection
 
     old = "received_at < now() - interval '2 hours'"
     with connection() as conn, conn.transaction():

@@ -30,7 +30,7 @@ from tests.integration.portal_support import (
     sign_in,
 )
 from tests.support.portal_server import serve_portal
-from tocsin.config import Settings, load_settings
+from tocsin.core.settings import Settings, load_settings
 
 CSRF_COOKIE = "tocsin_csrf"
 

@@ -14,13 +14,13 @@ import httpx
 import pytest
 import redis
 
-from db.tenancy import Tenant
+from db.platform.tenancy import Tenant
 from portal.ratelimit import ACCOUNT_FAILURES, ADDRESS_FAILURES, account_key, address_key
 from tests.integration.builders import PASSWORD, add_admin
 from tests.integration.conftest import WAIT_LIMIT
 from tests.integration.portal_support import forget_sign_in_failures
 from tests.support.portal_server import ROOT, serve_portal
-from tocsin.config import load_settings
+from tocsin.core.settings import load_settings
 
 LOGS = ROOT / "test-artifacts"
 WRONG = "email or password is wrong"

@@ -1,4 +1,4 @@
-"""Prepared statements per tenant schema (db/pool.py ScopedCursor): the same statement run
+"""Prepared statements per tenant schema (db/platform/pool.py ScopedCursor): the same statement run
 for two tenants is two prepared statements, each planned under its own schema, and never
 answers with another tenant's rows; generic plans are asked for only where requested."""
 
@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 
 COUNT = "SELECT count(*) FROM users WHERE email LIKE %s"
 
 
 def _count(slug: str) -> tuple[int, list[str]]:
     with tenant_tx(slug) as tx:
-        # Twice on the same connection: prepared at its second run (db/pool.py PREPARE_AFTER),
+        # Twice on the same connection: prepared at its second run (db/platform/pool.py PREPARE_AFTER),
         # whichever of the pool's connections this transaction got.
         tx.conn.execute(COUNT, ["%@scope.example"])
         row = tx.conn.execute(COUNT, ["%@scope.example"]).fetchone()

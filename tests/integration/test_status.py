@@ -24,14 +24,14 @@ from litestar.testing import TestClient
 import actors  # noqa: F401  (declares every actor's queue, as the worker command does)
 from actors.scan import tick
 from actors.sweep import run_sweep
-from db.pool import connection
-from db.tenancy import Tenant, list_tenants
+from db.platform.pool import connection
+from db.platform.tenancy import Tenant, list_tenants
 from portal.app import create_app
 from tests.integration.conftest import WAIT_LIMIT, RunningWorker, wait_until
 from tests.integration.portal_support import People, PortalClient, signed_in
-from tocsin.cli import EXIT_DEGRADED
-from tocsin.config import load_settings
-from tocsin.queues import PRODUCT_QUEUES, QueueInspector, QueueState
+from tocsin.core.settings import load_settings
+from tocsin.messaging.queues import PRODUCT_QUEUES, QueueInspector, QueueState
+from tocsin.shell.cli import EXIT_DEGRADED
 
 TOCSIN = str(Path(sys.executable).parent / "tocsin")
 NOWHERE = "redis://127.0.0.1:1/0"  # nothing listens there

@@ -14,15 +14,15 @@ from actors.digest import run_digests
 from actors.email import deliver_email
 from actors.scan import run_scan
 from actors.sweep import SweepReport, run_sweep
-from db.deliveries import ClaimedEmail, claim_delivery
-from db.licences import claim_due_milestones
-from db.preferences import resolve_preference, save_schedule, set_frequency
-from db.tenancy import Tenant, tenant_tx
-from domain.preferences import Frequency
+from db.delivery.deliveries import ClaimedEmail, claim_delivery
+from db.notices.licence_scan import claim_due_milestones
+from db.people.preferences import resolve_preference, save_schedule, set_frequency
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.preferences import Frequency
 from portal.app import create_app
 from tests.integration.builders import add_admin, add_client, run_concurrently, scalar
 from tests.integration.conftest import OpsInbox, SesOutbox
-from tocsin.cli import main
+from tocsin.shell.cli import main
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 

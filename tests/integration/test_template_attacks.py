@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from db.evidence import defaulted_notices
-from db.rule_notices import prepare_rule_claims
-from db.rules import create_rule, list_rules
-from db.tenancy import Tenant, tenant_tx
-from domain.rules import InvalidRule
+from db.evidence.ledger_view import defaulted_notices
+from db.notices.rule_notices import prepare_rule_claims
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import create_rule, list_rules
+from domain.rules.definitions import InvalidRule
 from tests.integration.platform_builders import add_person, add_rule, fire
 from tests.integration.platform_builders import add_subject as add_case
 from tests.integration.portal_support import HTMX, PortalClient, csrf_token

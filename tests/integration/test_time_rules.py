@@ -1,5 +1,5 @@
 """The scan's time rules over real Postgres: the set-based claim records exactly what
-domain/obligations.py says (due claimed, passed skipped), once per (rule, subject, offset,
+domain/rules/obligation_dates.py says (due claimed, passed skipped), once per (rule, subject, offset,
 due date) whatever happens to the scan, each subject on its own local date."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from actors.scan import run_scan
-from db.calendar import save_calendar
-from db.tenancy import Tenant, tenant_tx
-from domain.obligations import Calendar, outcomes_on
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.calendar import save_calendar
+from domain.rules.obligation_dates import Calendar, outcomes_on
 from tests.integration.builders import local_instant, scan_concurrently
 from tests.integration.time_rule_support import (
     add_certificate,
@@ -39,7 +39,7 @@ def expected(subject: int, due: date, today: date, offsets: list[int] = OFFSETS,
 def test_the_claim_sql_agrees_with_the_domain_windows_on_every_day(
     tenant: Tenant, assignee_condition: bool
 ) -> None:
-    """domain/obligations.py is the specification; the set-based SQL (and its Python
+    """domain/rules/obligation_dates.py is the specification; the set-based SQL (and its Python
     fallback for conditions SQL cannot say) must record exactly its outcomes."""
     add_metrology(tenant)
     conditions = [{"fact": "subject.status", "op": "not_equals", "value": "closed"}]

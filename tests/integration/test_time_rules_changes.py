@@ -8,10 +8,10 @@ import threading
 from datetime import UTC, date, datetime, timedelta
 
 from actors.scan import run_scan
-from db.calendar import load_calendar
-from db.rule_notices import prepare_rule_claims
-from db.tenancy import Tenant, tenant_tx
-from db.time_rules import _claim_due, claim_time_rules, time_rules
+from db.notices.rule_notices import prepare_rule_claims
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.calendar import load_calendar
+from db.rules.time_rules import _claim_due, claim_time_rules, time_rules
 from tests.integration.builders import scalar, scan_concurrently
 from tests.integration.conftest import RunningWorker, SesOutbox
 from tests.integration.platform_builders import add_person
@@ -215,7 +215,7 @@ def test_time_claims_are_prepared_and_sent_through_the_rules_path(
 
 
 def test_the_sweeper_prepares_time_claims_whose_message_was_lost(tenant: Tenant) -> None:
-    from db.rule_notices import unprepared_rule_claims
+    from db.notices.rule_notices import unprepared_rule_claims
 
     add_metrology(tenant)
     add_time_rule(tenant)

@@ -6,8 +6,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from db.calendar import load_calendar
-from db.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.calendar import load_calendar
 from tests.integration.builders import run_concurrently
 from tests.integration.test_cli import run
 from tests.integration.time_rule_support import (

@@ -1,5 +1,5 @@
-"""Conditions compiled to SQL for the scan (db/condition_sql.py) mean what
-domain/conditions.py evaluate means: for every operator, on present, missing, null, empty
+"""Conditions compiled to SQL for the scan (db/rules/condition_sql.py) mean what
+domain/rules/conditions.py evaluate means: for every operator, on present, missing, null, empty
 and wrongly typed values, SQL and Python choose the same subjects."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from db.condition_sql import compile_conditions
-from db.facts import load_facts_of_subjects, load_subject_facts
-from db.tenancy import Tenant, tenant_tx
-from domain.conditions import Facts, WantedFacts, evaluate
+from db.events.facts import load_facts_of_subjects, load_subject_facts
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.condition_sql import compile_conditions
+from domain.rules.conditions import Facts, WantedFacts, evaluate
 from tests.integration.rule_builders import add_subject
 from tests.integration.time_rule_support import add_metrology
 

@@ -1,5 +1,5 @@
 """Moved and removed due dates cancelled at write time: the subject register (events API,
-record_event on a host's connection, the CLI: one path, db/events.py) cancels the old
+record_event on a host's connection, the CLI: one path, db/events/outbox.py) cancels the old
 date's waiting notices in the transaction that writes the field; the scan still cancels
 what a host wrote by the table contract; and the email sender refuses a notice whose
 claim was cancelled, or whose date moved, after its message was enqueued."""
@@ -14,12 +14,12 @@ from psycopg.rows import dict_row
 
 from actors.email import deliver_email
 from actors.scan import run_scan
-from db.deliveries import claim_deliveries
-from db.events import record_events
-from db.rule_notices import prepare_rule_claims
-from db.tenancy import Tenant, tenant_tx
-from db.time_rules import TimeClaimCounts, claim_time_rules
-from domain.events import parse_event
+from db.delivery.deliveries import claim_deliveries
+from db.events.outbox import record_events
+from db.notices.rule_notices import prepare_rule_claims
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.time_rules import TimeClaimCounts, claim_time_rules
+from domain.events.intake import parse_event
 from tests.integration.builders import scalar
 from tests.integration.conftest import RunningWorker, SesOutbox
 from tests.integration.platform_builders import add_person
@@ -33,8 +33,8 @@ from tests.integration.time_rule_support import (
     rule_ledger,
     time_rule,
 )
-from tocsin.config import load_settings
-from tocsin.outbox import record_event
+from tocsin.core.settings import load_settings
+from tocsin.shell.outbox import record_event
 
 AS_OF = datetime(2027, 6, 1, 12, 0, tzinfo=UTC)
 TODAY = AS_OF.date()

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from tests.integration.conftest import wait_until
-from tocsin.services import free_port
+from tocsin.shell.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOCSIN = str(Path(sys.executable).parent / "tocsin")

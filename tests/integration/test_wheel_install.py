@@ -27,7 +27,7 @@ from psycopg import sql
 
 from tests.integration.conftest import wait_until
 from tests.support import rabbitmq
-from tocsin.services import free_port
+from tocsin.shell.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
@@ -110,7 +110,7 @@ def test_the_wheel_holds_every_file_of_the_shipped_packages(installed: Installed
         names = {name for name in wheel.namelist() if ".dist-info/" not in name}
     assert names == _source_files()
     assert {"static/htmx.min.js", "static/tocsin.css", "portal/templates/login.html",
-            "db/migrations/control/0001_control.sql", "tocsin/Procfile"} <= names
+            "db/platform/migrations/control/0001_control.sql", "tocsin/Procfile"} <= names
 
 
 def test_the_installed_command_and_modules_come_from_the_new_virtualenv(installed: Installed) -> None:
@@ -120,8 +120,8 @@ def test_the_installed_command_and_modules_come_from_the_new_virtualenv(installe
 
     probe = (
         "import json, actors, db, domain, portal, portal.app, portal.templating, tocsin\n"
-        "from db.migrations import CONTROL, TENANT\n"
-        "from tocsin.processes import _procfile\n"
+        "from db.platform.migrations import CONTROL, TENANT\n"
+        "from tocsin.shell.processes import _procfile\n"
         "print(json.dumps({'modules': [m.__file__ for m in (actors, db, domain, portal, tocsin)],\n"
         "  'static': str(portal.app.STATIC), 'templates': str(portal.templating.TEMPLATES),\n"
         "  'procfile': str(_procfile()), 'migrations': len(CONTROL) + len(TENANT)}))\n"

@@ -24,11 +24,11 @@ import dramatiq
 import pytest
 from dramatiq.common import current_millis
 
-from actors.broker import build_broker
-from domain.preparation_queues import preparation_queues
+from domain.delivery.preparation_queues import preparation_queues
 from tests.integration.conftest import wait_until
 from tests.support.procfile_stack import ROOT, ProcfileStack, cmdline
-from tocsin.config import load_settings
+from tocsin.core.settings import load_settings
+from tocsin.messaging.broker import build_broker
 
 ACTORS = ROOT / "actors"
 DEFAULT_QUEUE = "default"  # dramatiq's queue for an actor that names none

@@ -1,5 +1,5 @@
 """Builders and readers for the time-rule tests: a metrology product, certificates with a
-due date in their site's zone, time rules saved through the rules store (db/rules.py), and
+due date in their site's zone, time rules saved through the rules store (db/rules/definitions.py), and
 the ledger rows of those rules."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from db.rules import create_rule, update_rule
-from db.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import create_rule, update_rule
 
 PRODUCT = "metrology"
 DUE_FIELD = "calibration_due"

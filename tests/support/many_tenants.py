@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from domain.identity import schema_for
+from domain.people.identity import schema_for
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 

@@ -2,7 +2,7 @@
 product from outside.
 
 Each Procfile line runs through `/bin/sh -c` (as honcho runs it) in its own process group,
-with the environment `tocsin up` hands to honcho (tocsin.processes.procfile_environment)
+with the environment `tocsin up` hands to honcho (tocsin.shell.processes.procfile_environment)
 and the PORT honcho would give it, on the test session's PostgreSQL, Redis and local SES
 endpoint, in a Dramatiq namespace of its own (and, on RabbitMQ, a vhost of its own). A line
 may be started more than once (three clocks, a second worker). Every process the stack
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from tests.integration.conftest import WAIT_LIMIT, wait_until
 from tests.support.rabbitmq import create_vhost, delete_vhost
-from tocsin.processes import procfile_environment
-from tocsin.services import free_port
+from tocsin.shell.processes import procfile_environment
+from tocsin.shell.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCFILE = ROOT / "Procfile"
@@ -240,7 +240,7 @@ class ProcfileStack:
         """The Redis broker keeps a message in ``queue.msgs`` until a worker acknowledges it."""
         import redis
 
-        from tocsin.config import load_settings
+        from tocsin.core.settings import load_settings
 
         client = redis.Redis.from_url(load_settings().redis_url)
         queues = [f"{self.namespace}:sweep.msgs", f"{self.namespace}:sweep.DQ.msgs"]
@@ -252,7 +252,7 @@ class ProcfileStack:
         """RabbitMQ does not count the messages a worker holds, so read the outcome instead:
         every active tenant has a sweep completed after this moment (one that began at the
         latest with the last sweep counted)."""
-        from db.pool import connection
+        from db.platform.pool import connection
 
         def every_tenant_swept_since(moment: object) -> bool:
             with connection() as conn:

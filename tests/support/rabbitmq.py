@@ -121,7 +121,7 @@ def lose_every_message(url: str, queues: Iterable[str], namespace: str) -> None:
     """What a reset RabbitMQ node leaves of the queued messages and of the sweeper's marker:
     nothing. The queues are purged rather than deleted, so that workers running in this
     process keep consuming (a worker started after a real reset declares them again)."""
-    from actors.sweeper_marker import MARKER_NAME
+    from tocsin.messaging.sweeper_marker import MARKER_NAME
 
     connection = pika.BlockingConnection(pika.URLParameters(url))
     try:

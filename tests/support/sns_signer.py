@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from domain.sns import string_to_sign
+from domain.delivery.sns_messages import string_to_sign
 
 ATTACKER_TOPIC = "arn:aws:sns:eu-west-1:666666666666:harmless-looking-topic"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from db.tenancy import Tenant
+from db.platform.tenancy import Tenant
 from tests.integration import conftest as integration
 from tests.support.procfile_stack import ProcfileStack
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from db.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, tenant_tx
 from tests.integration.conftest import SesOutbox
 
 RECOVERY_LIMIT = 180.0  # seconds a whole recovery (leases, heartbeats, sweeps) may take

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 from psycopg.types.json import Jsonb
 
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
 from tests.integration.conftest import wait_until
 from tests.integration.portal_support import PASSWORD, csrf_token, sign_in
 from tests.integration.test_portal_rules import builder_form, post_form, text_of

@@ -13,12 +13,12 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
-from db.clients import create_client
-from db.preferences import save_schedule
-from db.tenancy import Tenant, tenant_tx
-from db.users import create_user
-from domain.identity import Role
-from domain.quiet_hours import QuietHours
+from db.people.clients import create_client
+from db.people.preferences import save_schedule
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.quiet_hours import QuietHours
+from domain.people.identity import Role
 from tests.integration.builders import PASSWORD, add_admin, add_client, add_clients_in_bulk, scalar
 from tests.integration.conftest import OpsInbox, SesOutbox, wait_until
 from tests.support.faulty_ses import FaultySes

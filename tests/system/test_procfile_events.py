@@ -18,16 +18,16 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from db.api_keys import create_api_key
-from db.rules import create_rule
-from db.tenancy import Tenant, tenant_tx
+from db.events.api_keys import create_api_key
+from db.platform.tenancy import Tenant, tenant_tx
+from db.rules.definitions import create_rule
 from tests.integration.conftest import SesOutbox, wait_until
 from tests.integration.intake_support import case_event, fraud_desk
 from tests.support.procfile_stack import ProcfileStack
 from tests.system.outcomes import RECOVERY_LIMIT
-from tocsin.client import TocsinClient
-from tocsin.config import load_settings
-from tocsin.outbox import record_event
+from tocsin.core.settings import load_settings
+from tocsin.shell.client import TocsinClient
+from tocsin.shell.outbox import record_event
 
 # Seconds: a dead worker's batch comes back after a short lease, a broken tenant is probed
 # again soon, and the polling fallback comes round every two seconds.
@@ -101,7 +101,7 @@ def _each_event_claimed_once(tenant: Tenant, events: int, rules: int = 1) -> Non
 
 HOST_COMMITS_THEN_DIES = """
 import os, sys, psycopg
-from tocsin.outbox import record_event
+from tocsin.shell.outbox import record_event
 with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
     record_event(conn, sys.argv[1], {"product": "fraud", "type": "created", "subject": {
         "kind": "case", "external_id": "HOST-1", "assignees": ["ana@example.com"],
@@ -187,7 +187,7 @@ def test_a_poison_product_does_not_hold_up_another_products_events(
     poison = _rule("Every report", "whistle")
     key = _desk(tenant, _rule("Large case"))
     with tenant_tx(tenant.slug) as tx:
-        from db.products import create_product
+        from db.events.products import create_product
 
         create_product(tx, "whistle", "Whistleblowing", ("case",))
         create_rule(tx, poison, by="test")

@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from db.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, tenant_tx
 from tests.integration.builders import add_clients_in_bulk
 from tests.integration.conftest import SesOutbox, wait_until
 from tests.support.faulty_ses import FaultySes
@@ -40,8 +40,8 @@ from tests.system.outcomes import (
     statuses,
     uncertain,
 )
-from tocsin import runtime
-from tocsin.services import free_port
+from tocsin.core import runtime
+from tocsin.shell.services import free_port
 
 PROCESSES, THREADS = 2, 4  # the Procfile's defaults, stated so the tests can count threads
 IN_FLIGHT = PROCESSES * THREADS  # calls in flight when every sending thread waits on SES
@@ -242,7 +242,7 @@ def private_postgres(tmp_path: Path) -> Iterator[Callable[[], None]]:
     process). The session's PostgreSQL is never touched."""
     import pgserver
 
-    from db.migrations import migrate_all
+    from db.platform.migrations import migrate_all
 
     data = tmp_path / "pg"
     server = pgserver.get_server(data, cleanup_mode=None)  # type: ignore[attr-defined]

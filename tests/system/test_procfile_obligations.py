@@ -13,9 +13,9 @@ from collections.abc import Callable
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from db.preferences import save_schedule
-from db.tenancy import Tenant, tenant_tx
-from domain.quiet_hours import QuietHours
+from db.people.preferences import save_schedule
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.quiet_hours import QuietHours
 from tests.integration.builders import scalar
 from tests.integration.conftest import SesOutbox, wait_until
 from tests.integration.platform_builders import add_person
@@ -52,7 +52,7 @@ def test_three_clocks_and_a_hand_run_scan_notify_each_zone_once_on_its_own_date(
     stack.start("clock")
     stack.start("clock")
     # Someone debugging runs the scan by hand while the clocks tick.
-    hand = subprocess.run([sys.executable, "-m", "tocsin.cli", "scan", "--tenant", tenant.slug],
+    hand = subprocess.run([sys.executable, "-m", "tocsin.shell.cli", "scan", "--tenant", tenant.slug],
                           env=stack.env, capture_output=True, text=True, timeout=120, check=False)
     assert hand.returncode == 0, hand.stderr
 

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 import redis
 
-from db.tenancy import Tenant
+from db.platform.tenancy import Tenant
 from tests.integration.builders import add_clients_in_bulk
 from tests.integration.conftest import SesOutbox, wait_until
 from tests.support.faulty_ses import FaultySes
@@ -31,8 +31,8 @@ from tests.system.outcomes import (
     delivery_ids,
     statuses,
 )
-from tocsin.config import load_settings
-from tocsin.queues import PRODUCT_QUEUES
+from tocsin.core.settings import load_settings
+from tocsin.messaging.queues import PRODUCT_QUEUES
 
 PROCESSES, THREADS = 2, 4  # the Procfile's defaults, stated so the tests can count threads
 IN_FLIGHT = PROCESSES * THREADS  # sends waiting on held answers when every thread is busy

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from db.tenancy import Tenant
+from db.platform.tenancy import Tenant
 from tests.integration.builders import add_clients_in_bulk
 from tests.integration.conftest import SesOutbox, wait_until
 from tests.support.faulty_ses import FaultySes
@@ -28,7 +28,7 @@ from tests.support.procfile_stack import ROOT, processes_with_environment
 from tests.support.rabbitmq import create_vhost, delete_vhost
 from tests.system.conftest import SYSTEM_SETTINGS
 from tests.system.outcomes import RECOVERY_LIMIT, assert_each_accepted_once, delivery_ids, statuses
-from tocsin.services import free_port
+from tocsin.shell.services import free_port
 
 TOCSIN = str(Path(sys.executable).parent / "tocsin")
 IN_FLIGHT = 2 * 4  # the Procfile's default worker processes times threads

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from portal.client_address import UNKNOWN, client_address, parse_trusted_proxies
-from tocsin.config import ConfigError
+from tocsin.core.settings import ConfigError
 
 PROXIES = parse_trusted_proxies("10.0.0.5, 10.1.0.0/16")
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from domain.conditions import (
+from domain.rules.conditions import (
     MAX_DEPTH,
     MAX_LEAVES,
     MAX_NODES,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tocsin.config import ConfigError, load_settings
+from tocsin.core.settings import ConfigError, load_settings
 
 BASE = {"DATABASE_URL": "postgresql://u@h/db", "REDIS_URL": "redis://h:6379/0"}
 

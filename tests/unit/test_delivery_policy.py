@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from domain.delivery import (
+from domain.delivery.states import (
     MAX_ATTEMPTS,
     MAX_DELAY,
     TERMINAL,

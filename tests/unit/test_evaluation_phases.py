@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from domain.conditions import SEEN_MAX, WantedFacts
-from domain.evaluation import (
+from domain.rules.conditions import SEEN_MAX, WantedFacts
+from domain.rules.definitions import parse_rule
+from domain.rules.evaluation import (
     Candidate,
     Evaluated,
     EventFacts,
@@ -16,7 +17,6 @@ from domain.evaluation import (
     evaluate_event,
     evaluation,
 )
-from domain.rules import parse_rule
 
 STORED: dict[str, object] = {
     "field.amount": 2_000_000,
@@ -208,11 +208,11 @@ def test_a_long_text_value_is_cut_in_the_stored_trace_with_its_length() -> None:
 def test_phase_two_answers_are_kept_per_signature_and_the_trace_encodes_as_a_whole() -> None:
     """TriggerIndex keeps its phase-2 answer per (subject kind, metadata values the filters
     name); an event with another value, or a value of another type (True is not 1), gets
-    its own answer; and db/evaluations.py's stored trace, its phase-2 part named and kept
+    its own answer; and db/rules/evaluations.py's stored trace, its phase-2 part named and kept
     apart, is the whole trace once the part is spliced back in."""
     import json
 
-    from db.evaluations import _encode, _trace_json, expand_trace
+    from db.rules.evaluations import _encode, _trace_json, expand_trace
 
     index = TriggerIndex([
         rule(1, trigger={"types": ["form_submitted"], "metadata": {"form": "exit"}}),

@@ -1,4 +1,4 @@
-"""The values an event carries (domain/events.py): what JSON holds and a double can compare,
+"""The values an event carries (domain/events/intake.py): what JSON holds and a double can compare,
 refused otherwise at the exact path of the offending part, however deep it is written."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from domain.events import VALUE_DEPTH_LIMIT, parse_batch, parse_event
+from domain.events.intake import VALUE_DEPTH_LIMIT, parse_batch, parse_event
 
 
 def event(**fields: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from domain.errors import InvalidInput
-from domain.identity import (
+from domain.people.identity import (
     Plan,
     Role,
     parse_date,

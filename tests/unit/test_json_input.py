@@ -1,4 +1,4 @@
-"""Reading hostile JSON (domain/json_input.py): nesting judged before parsing, without
+"""Reading hostile JSON (domain/events/json_input.py): nesting judged before parsing, without
 recursion; numbers no double holds read so that validation can name their path."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from domain.json_input import (
+from domain.events.json_input import (
     MAX_JSON_DEPTH,
     InvalidJson,
     body_problem,

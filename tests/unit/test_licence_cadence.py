@@ -5,8 +5,7 @@ from datetime import date, timedelta
 
 import pytest
 
-from domain.identity import Plan
-from domain.licence import (
+from domain.notices.licence import (
     CADENCE,
     RENEWAL_WINDOW_DAYS,
     Outcome,
@@ -18,6 +17,7 @@ from domain.licence import (
     window_table,
     windows_for,
 )
+from domain.people.identity import Plan
 
 EXPIRES = date(2027, 3, 31)
 

@@ -10,7 +10,7 @@ from domain.liveness import RunKind, sweep_is_overdue, sweep_overdue_after
 
 NOW = datetime(2027, 3, 28, 12, 0, tzinfo=UTC)
 LONG_AGO = NOW - timedelta(days=30)
-MIGRATION = Path(__file__).resolve().parents[2] / "db/migrations/control/0006_run_heartbeats.sql"
+MIGRATION = Path(__file__).resolve().parents[2] / "db/platform/migrations/control/0006_run_heartbeats.sql"
 
 
 def test_a_sweep_is_overdue_after_three_intervals_and_a_minute() -> None:

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from actors.mime_message import MAX_LINE, MessageComposer
-from actors.ses import OutgoingEmail
+from tocsin.providers.mime_message import MAX_LINE, MessageComposer
+from tocsin.providers.ses import OutgoingEmail
 
 SENDERS = ["Tocsin <notifications@tocsin.example>", "notifications@tocsin.example",
            '"Tocsin, Alerts" <alerts@tocsin.example>', "Zoë Ünïcode <zoe@tocsin.example>"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import date
 
-from domain.obligation_schedule import schedule
-from domain.obligations import Calendar
+from domain.rules.obligation_dates import Calendar
+from domain.rules.obligation_schedule import schedule
 
 DUE = date(2026, 12, 14)  # a Monday
 OFFSETS = (-30, -7, -1, 0)

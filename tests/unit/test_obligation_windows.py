@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from domain.errors import InvalidInput
-from domain.obligations import (
+from domain.rules.obligation_dates import (
     Calendar,
     Turnaround,
     breach_at,
@@ -159,7 +159,7 @@ def test_a_turnaround_has_hours_or_days() -> None:
 
 @pytest.mark.parametrize("hour", range(0, 24, 3))
 def test_every_zone_s_local_date_is_among_the_scan_s_possible_todays(hour: int) -> None:
-    from domain.obligations import local_date, possible_todays
+    from domain.rules.obligation_dates import local_date, possible_todays
 
     as_of = datetime(2026, 6, 14, hour, 30, tzinfo=UTC)
     zones = ("Pacific/Pago_Pago", "America/New_York", "UTC", "Asia/Kolkata", "Pacific/Auckland",
@@ -168,7 +168,7 @@ def test_every_zone_s_local_date_is_among_the_scan_s_possible_todays(hour: int) 
 
 
 def test_the_same_instant_is_two_dates_apart_from_utc_minus_11_to_utc_plus_14() -> None:
-    from domain.obligations import local_date
+    from domain.rules.obligation_dates import local_date
 
     as_of = datetime(2026, 6, 14, 12, 0, tzinfo=UTC)
     assert local_date(as_of, "Pacific/Pago_Pago") == date(2026, 6, 14)  # 01:00

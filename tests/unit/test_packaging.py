@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tocsin import processes
+from tocsin.shell import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -128,7 +128,7 @@ def test_every_top_level_python_package_of_the_checkout_ships_in_the_wheel() -> 
 
 
 def test_the_packaged_procfile_is_the_top_level_procfile() -> None:
-    assert processes.PACKAGED_PROCFILE.parent == Path(processes.__file__).resolve().parent
+    assert processes.PACKAGED_PROCFILE.parent == Path(processes.__file__).resolve().parents[1]
     assert processes.PACKAGED_PROCFILE.read_text() == (ROOT / "Procfile").read_text(), (
         "tocsin/Procfile ships in the wheel for `tocsin up` outside the checkout: "
         "cp Procfile tocsin/Procfile"

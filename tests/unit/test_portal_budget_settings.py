@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from portal.settings import INBOX_STREAM_MAXIMUM, load_portal_settings
-from tocsin.config import ConfigError
+from tocsin.core.settings import ConfigError
 
 URL = "http://127.0.0.1:8000"
 

@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from domain.errors import InvalidInput
-from domain.preferences import (
+from domain.delivery.preferences import (
     PRODUCT_DEFAULT,
     Frequency,
     Preference,
@@ -23,6 +22,7 @@ from domain.preferences import (
     valid_frequency,
     valid_lock_reason,
 )
+from domain.errors import InvalidInput
 
 FREQUENCIES = list(Frequency)
 # (tenant default state, user has a choice) -> whose preference applies

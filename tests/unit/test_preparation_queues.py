@@ -1,13 +1,13 @@
-"""Which queue prepares a product's rule notices (domain/preparation_queues.py) and the
+"""Which queue prepares a product's rule notices (domain/delivery/preparation_queues.py) and the
 settings that name them."""
 
 from __future__ import annotations
 
 import pytest
 
+from domain.delivery.preparation_queues import parse_product_queues, preparation_queue, preparation_queues
 from domain.errors import InvalidInput
-from domain.preparation_queues import parse_product_queues, preparation_queue, preparation_queues
-from tocsin.config import ConfigError, load_settings
+from tocsin.core.settings import ConfigError, load_settings
 
 ENV = {"DATABASE_URL": "postgresql://localhost/tocsin", "REDIS_URL": "redis://localhost:6379/0"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from tocsin.progress import LINE_SECONDS, ProgressLine, progress_text
+from tocsin.shell.progress import LINE_SECONDS, ProgressLine, progress_text
 
 
 class FakeClock:

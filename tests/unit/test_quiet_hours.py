@@ -8,8 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from domain.errors import InvalidInput
-from domain.quiet_hours import (
+from domain.delivery.quiet_hours import (
     DeliverySchedule,
     QuietHours,
     due_digest,
@@ -20,6 +19,7 @@ from domain.quiet_hours import (
     quiet_hours_end,
     valid_zone_name,
 )
+from domain.errors import InvalidInput
 
 
 def utc(*args: int) -> datetime:

@@ -3,9 +3,9 @@ shaped to rule JSON and back."""
 
 from __future__ import annotations
 
-from domain.rule_builder import ConditionRow, RuleForm, Tree, definition_of, form_of, operators_for
-from domain.rule_diff import Change, diff_rules
-from domain.rules import parse_rule
+from domain.rules.builder import ConditionRow, RuleForm, Tree, definition_of, form_of, operators_for
+from domain.rules.definitions import parse_rule
+from domain.rules.diff import Change, diff_rules
 
 BASE = {"name": "Large", "product": "fraud", "kind": "created", "trigger": {"subject_kind": "case"},
         "conditions": {"all": [{"fact": "field.amount", "op": "greater", "value": 10},

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from domain.errors import InvalidInput
-from domain.rules import InvalidRule, describe_changes, parse_rule, rule_errors
+from domain.rules.definitions import InvalidRule, describe_changes, parse_rule, rule_errors
 
 
 def refuse_loops(text: str) -> list[str]:

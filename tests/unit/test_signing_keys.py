@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from domain.tokens import TokenInvalid, sign, verify
-from tocsin.config import DEV_SESSION_SECRET, ConfigError, load_settings
-from tocsin.signing_keys import (
+from tocsin.core.keys import (
     MIN_SECRET_BYTES,
     Purpose,
     derive_key,
@@ -19,6 +18,7 @@ from tocsin.signing_keys import (
     require_strong_secret,
     signing_keys,
 )
+from tocsin.core.settings import DEV_SESSION_SECRET, ConfigError, load_settings
 
 STRONG = "s" * MIN_SECRET_BYTES
 OLD = "o" * MIN_SECRET_BYTES

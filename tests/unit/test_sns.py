@@ -5,8 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.errors import InvalidInput
-from domain.sns import (
+from domain.delivery.sns_messages import (
     SnsTrust,
     Untrusted,
     check_envelope,
@@ -16,6 +15,7 @@ from domain.sns import (
     valid_test_origin,
     valid_topic_arn,
 )
+from domain.errors import InvalidInput
 
 NOW = datetime(2027, 1, 1, 12, 0, tzinfo=UTC)
 TOPIC = "arn:aws:sns:eu-west-1:123456789012:ses-events"

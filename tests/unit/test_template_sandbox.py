@@ -1,4 +1,4 @@
-"""The tenant template sandbox (domain/templates.py): what a hostile template can and cannot do."""
+"""The tenant template sandbox (domain/rules/templates.py): what a hostile template can and cannot do."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from domain.templates import (
+from domain.rules.templates import (
     DEFAULT_BODY,
     DEFAULT_TITLE,
     MAX_LOOP_ITERATIONS,
@@ -153,7 +153,7 @@ def test_a_fact_clashing_with_a_shorter_name_keeps_the_shorter_one() -> None:
     assert built["field"] == {"a": "short"}
 
 
-# --- limits that count the whole render (domain/template_limits.py) -----------------------
+# --- limits that count the whole render (domain/rules/template_limits.py) -----------------------
 
 HUGE = 10_000_000  # numbers in the attacker's range: ~0.8 GB once built
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from domain.delivery.unsubscribe import UnsubscribeScope, read_unsubscribe_token, unsubscribe_token
 from domain.errors import InvalidInput
 from domain.tokens import TokenExpired, TokenInvalid, sign
-from domain.unsubscribe import UnsubscribeScope, read_unsubscribe_token, unsubscribe_token
 
 SECRET = b"test-secret"
 NOW = datetime(2027, 1, 1, tzinfo=UTC)

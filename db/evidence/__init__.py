@@ -1,0 +1,1 @@
+"""The evidence an inspector reads: the ledger's views and exports, and the export budget."""

@@ -1,0 +1,1 @@
+"""The people of a tenant: users, members and invitations, client organisations, preferences."""

@@ -1,0 +1,206 @@
+"""The process-wide connection pool, configured at start-up from the settings and opened
+on first use."""
+
+from __future__ import annotations
+
+import json
+import select
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import msgspec
+import psycopg
+from psycopg._queries import PostgresQuery
+from psycopg.abc import Params, Query
+from psycopg.types.json import set_json_loads
+from psycopg_pool import ConnectionPool
+
+from db.platform.errors import DatabaseUnavailable
+
+T = TypeVar("T")
+
+CONNECT_TIMEOUT = 10  # seconds to wait for PostgreSQL to accept a connection
+_lock = threading.Lock()
+_pool: ConnectionPool | None = None
+_configured: tuple[str, int] | None = None  # (database_url, max_size) handed in at start-up
+
+
+_decode = msgspec.json.Decoder()
+
+
+def json_loads(data: bytes | str) -> object:
+    """json and jsonb values as Python, decoded in C (a batch's evaluation reads hundreds
+    of fact values; json.loads took a tenth of it). The few documents msgspec refuses
+    (a number beyond a double's range, which jsonb's numeric allows) fall back to the
+    standard library, so every value reads as it did before."""
+    try:
+        return _decode.decode(data)
+    except msgspec.DecodeError:
+        return json.loads(data)
+
+
+set_json_loads(json_loads)  # every connection of the process, pooled or not
+
+
+# Prepared statements, per pooled connection. psycopg keys a prepared statement by its text,
+# and PostgreSQL plans a statement again whenever search_path differs from the one it was
+# planned under, which a tenant transaction changes every time: the same text prepared once
+# and run for fifty tenants was re-planned on every switch. So in a tenant transaction each
+# statement's text carries its schema (a trailing comment, see ScopedCursor): one prepared
+# statement per (statement, schema) and connection, planned once. PREPARED_PER_CONNECTION
+# bounds how many a connection keeps (psycopg deallocates the least recently used).
+PREPARED_PER_CONNECTION = 2000
+PREPARE_AFTER = 1  # executions of a text before it is prepared (psycopg's default is 5)
+_scopes: weakref.WeakKeyDictionary[psycopg.Connection[Any], bytes] = weakref.WeakKeyDictionary()
+
+
+def set_statement_scope(conn: psycopg.Connection[Any], schema: str | None) -> None:
+    """Tag the statements ``conn`` runs from now on with ``schema`` (None: untagged). Set by
+    db/platform/tenancy.py for the length of a tenant transaction; the schema name is a validated
+    identifier (domain/people/identity.py schema_for), so it cannot end the comment."""
+    if schema is None:
+        _scopes.pop(conn, None)
+    else:
+        _scopes[conn] = f"\n/*{schema}*/".encode()
+
+
+class ScopedCursor(psycopg.Cursor[Any]):
+    """The pool's cursors: a statement run inside a tenant transaction ends with a comment
+    naming the tenant's schema, so its prepared statement is that schema's alone."""
+
+    def _convert_query(self, query: Query, params: Params | None = None) -> PostgresQuery:
+        pgq = super()._convert_query(query, params)
+        scope = _scopes.get(self._conn)
+        if scope is not None:
+            pgq.query += scope
+        return pgq
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.cursor_factory = ScopedCursor
+    conn.prepare_threshold = PREPARE_AFTER
+    conn.prepared_max = PREPARED_PER_CONNECTION
+
+
+def check_connection(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """The pool's check before it hands out a connection, without a round trip when the
+    connection is plainly well: an idle connection has nothing to read, while one whose
+    backend ended (terminated, the server restarted, an idle timeout) has the server's
+    goodbye or the end of the stream waiting on its socket. Only then is it asked, and the
+    error that raises makes the pool replace it. psycopg_pool's own check asks every time: a
+    round trip for every transaction, a tenth of what a badge request waited on."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
+
+
+def configure_pool(database_url: str, *, max_size: int = 10) -> None:
+    """Where the pool connects, from the settings read at process start. The pool opens on
+    first use; a different database closes the pool opened for the previous one."""
+    global _configured, _pool
+    with _lock:
+        if _configured == (database_url, max_size):
+            return
+        _configured = (database_url, max_size)
+        if _pool is not None:
+            _pool.close()
+            _pool = None
+
+
+def open_pool(database_url: str, *, max_size: int = 10, min_size: int = 1) -> ConnectionPool:
+    """Open (or replace) the process pool. Connections run in autocommit mode so that a
+    `conn.transaction()` block (or db/platform/tenancy.py tenant_tx, whose BEGIN travels with its
+    first statement) is the only transaction boundary anywhere in Tocsin."""
+    with _lock:
+        return _open_locked(database_url, max_size=max_size, min_size=min_size)
+
+
+def _open_locked(database_url: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
+    global _pool
+    if _pool is not None:
+        _pool.close()
+    _pool = None
+    _probe(database_url)
+    pool = ConnectionPool(
+        database_url,
+        min_size=min(min_size, max_size),
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        configure=_configure,
+        # A connection whose backend was terminated is replaced, not handed out.
+        check=check_connection,
+        open=False,
+        name="tocsin",
+    )
+    try:
+        pool.open(wait=True, timeout=30)
+    except Exception as error:
+        raise DatabaseUnavailable(f"cannot reach PostgreSQL: {error}") from None
+    _pool = pool
+    return pool
+
+
+def _probe(database_url: str) -> None:
+    """Fail fast, in one line, when the server is unreachable, instead of letting the pool
+    retry in the background for its whole timeout."""
+    try:
+        psycopg.connect(database_url, connect_timeout=CONNECT_TIMEOUT).close()
+    except psycopg.OperationalError as error:
+        reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        raise DatabaseUnavailable(f"cannot reach PostgreSQL: {reason}") from None
+
+
+def get_pool() -> ConnectionPool:
+    pool = _pool
+    if pool is not None:
+        return pool
+    # Checked again under the lock: worker threads starting together all find no pool, and
+    # a second open used to close the first under a thread already holding its connection
+    # ("the pool 'tocsin' is already closed", a delivery stranded in sending).
+    if _configured is None:  # a process that never called tocsin.core.runtime.start
+        from tocsin.core import runtime
+
+        runtime.start(runtime.settings())
+    with _lock:
+        if _pool is not None:
+            return _pool
+        assert _configured is not None
+        return _open_locked(_configured[0], max_size=_configured[1])
+
+
+def close_pool() -> None:
+    global _pool
+    with _lock:
+        if _pool is not None:
+            _pool.close()
+            _pool = None
+
+
+def retrying(write: Callable[[], T], attempts: int = 3, patience: float = 0.0) -> T:
+    """Run a self-contained transaction again when its connection broke (a restarted
+    server, a terminated backend). Only for writes whose outcome must not be lost, such as
+    a provider's answer; each run is one whole transaction, so a retry never half-applies.
+    ``patience``: keep trying for this many seconds (at least ``attempts`` times), for a
+    write worth waiting out a restart of PostgreSQL for."""
+    deadline = time.monotonic() + patience
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return write()
+        except psycopg.OperationalError:
+            if attempt >= attempts and time.monotonic() >= deadline:
+                raise
+            time.sleep(min(0.2 * attempt, 2.0))
+
+
+@contextmanager
+def connection() -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    with get_pool().connection() as conn:
+        yield conn

@@ -1,0 +1,286 @@
+"""Tenants in the control schema, and the tenant transaction every tenant query runs in."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from db.platform.errors import NotMigrated
+from db.platform.migrations import apply_tenant_migrations, ensure_control_schema
+from db.platform.pool import connection, set_statement_scope
+from domain.errors import Conflict, InvalidInput, NotFound
+from domain.people.identity import schema_for, valid_name, valid_slug, valid_zone
+
+Connection = psycopg.Connection[tuple[object, ...]]
+
+log = logging.getLogger("tocsin.tenancy")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: int
+    slug: str
+    name: str
+    schema: str
+    time_zone: str
+    status: str
+    unknown_outcome_policy: str = "resend"  # domain.delivery.states.UnknownPolicy
+
+
+@dataclass(frozen=True)
+class TenantTx:
+    """An open transaction whose search_path is one tenant's schema (transaction-local)."""
+
+    conn: Connection
+    tenant: Tenant
+    # What must happen only once this transaction has committed, collected by the db/ use
+    # cases and run by tenant_tx after the commit (never before: a message or an
+    # announcement must not name a row that might still roll back):
+    # users given a visible inbox notification, for the live push to name;
+    new_in_inbox: set[int] = field(default_factory=set, compare=False, hash=False)
+    # email deliveries to hand to the workers (already marked enqueued in this transaction).
+    emails_to_send: list[int] = field(default_factory=list, compare=False, hash=False)
+    # events written to the outbox, for the relay's wake-up (the polling fallback finds
+    # them anyway);
+    events_recorded: list[int] = field(default_factory=list, compare=False, hash=False)
+    # rule claims to prepare: (product, ledger id), for the per-product preparation queues.
+    claims_to_prepare: list[tuple[str, int]] = field(default_factory=list, compare=False, hash=False)
+    # this process's own bookkeeping of what is now durable (db/rules/evaluations.py: the trace
+    # parts it need not send again), run first after the commit, never after a rollback.
+    committed: list[Callable[[], None]] = field(default_factory=list, compare=False, hash=False)
+
+    @property
+    def has_after_commit_work(self) -> bool:
+        return bool(self.new_in_inbox or self.emails_to_send or self.events_recorded
+                    or self.claims_to_prepare)
+
+
+CommitListener = Callable[[TenantTx], None]
+# Registered once per process at start-up (the worker's and the web's bootstrap): each is
+# called with every committed tenant transaction that collected after-commit work.
+_commit_listeners: list[CommitListener] = []
+
+
+def on_commit(listener: CommitListener) -> None:
+    """Run ``listener`` after each tenant transaction that collected work commits. A process
+    with no listener (the CLI's migrate, a test) leaves the work to the sweeper, which
+    finds the rows in Postgres: after-commit work is a wake-up, never the only record."""
+    if listener not in _commit_listeners:
+        _commit_listeners.append(listener)
+
+
+def remove_commit_listener(listener: CommitListener) -> None:
+    if listener in _commit_listeners:
+        _commit_listeners.remove(listener)
+
+
+def _run_after_commit(tx: TenantTx) -> None:
+    for listener in list(_commit_listeners):
+        try:
+            listener(tx)
+        except Exception:
+            # The transaction has committed and its rows are durable; a failed wake-up (Redis
+            # down) only delays them until the sweeper's next pass. Never fail the caller.
+            log.exception("after-commit work failed tenant=%s (the sweeper will catch up)",
+                          tx.tenant.slug)
+
+
+_TENANT_COLUMNS = "id, slug, name, schema_name, time_zone, status, unknown_outcome_policy"
+
+
+# A tenant transaction's first statement (tenant_tx), by (generic_plans, redoable): the
+# tenant's row, with its schema set as the transaction's search_path, and the plan and
+# commit settings asked for, all transaction-local (set_config(..., true)).
+_BEGIN_LOOKUPS = {
+    (generic, redoable): (
+        f"SELECT {_TENANT_COLUMNS}, set_config('search_path', schema_name || ', public', true)"
+        + (", set_config('plan_cache_mode', 'force_generic_plan', true)" if generic else "")
+        + (", set_config('synchronous_commit', 'off', true)" if redoable else "")
+        + " FROM control.tenants WHERE slug = %s")
+    for generic in (False, True) for redoable in (False, True)
+}
+
+
+def _tenant(row: tuple[object, ...]) -> Tenant:
+    return Tenant(int(str(row[0])), str(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]),
+                  str(row[6]))
+
+
+def create_tenant(slug: str, name: str, time_zone: str) -> Tenant:
+    """Create the tenant row, its schema and every tenant migration in one transaction:
+    a failure anywhere leaves nothing behind."""
+    slug, name, time_zone = valid_slug(slug), valid_name(name, "tenant name"), valid_zone(time_zone)
+    schema = schema_for(slug)
+    with connection() as conn, conn.transaction():
+        ensure_control_schema(conn)
+        row = conn.execute(
+            f"INSERT INTO control.tenants (slug, name, schema_name, time_zone) "
+            f"VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING {_TENANT_COLUMNS}",
+            [slug, name, schema, time_zone],
+        ).fetchone()
+        if row is None:
+            raise Conflict(f"tenant {slug!r} exists already")
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        apply_tenant_migrations(conn, schema)
+        return _tenant(row)
+
+
+def list_tenants(*, active_only: bool = False) -> list[Tenant]:
+    where = "WHERE status = 'active'" if active_only else ""
+    with connection() as conn, not_migrated_is_an_error():
+        rows = conn.execute(
+            f"SELECT {_TENANT_COLUMNS} FROM control.tenants {where} ORDER BY slug"
+        ).fetchall()
+    return [_tenant(r) for r in rows]
+
+
+def set_unknown_outcome_policy(slug: str, policy: str) -> None:
+    """What reconciliation does with this tenant's unknown outcomes (resend or hold)."""
+    if policy not in ("resend", "hold"):
+        raise InvalidInput(f"unknown-outcome policy must be resend or hold, got {policy!r}")
+    with connection() as conn:
+        row = conn.execute(
+            "UPDATE control.tenants SET unknown_outcome_policy = %s WHERE slug = %s RETURNING id",
+            [policy, valid_slug(slug)],
+        ).fetchone()
+    if row is None:
+        raise NotFound(f"unknown tenant {slug!r}")
+
+
+@contextmanager
+def not_migrated_is_an_error() -> Iterator[None]:
+    try:
+        yield
+    except psycopg.errors.UndefinedTable:
+        raise NotMigrated("the database has no Tocsin schema yet: run `tocsin migrate`") from None
+
+
+def _load_tenant(conn: Connection, slug: str) -> Tenant:
+    with not_migrated_is_an_error():
+        row = conn.execute(
+            f"SELECT {_TENANT_COLUMNS} FROM control.tenants WHERE slug = %s", [slug]
+        ).fetchone()
+    if row is None:
+        raise NotFound(f"unknown tenant {slug!r}")
+    return _tenant(row)
+
+
+def get_tenant(slug: str) -> Tenant:
+    with connection() as conn:
+        return _load_tenant(conn, valid_slug(slug))
+
+
+@contextmanager
+def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False) -> Iterator[TenantTx]:
+    """A transaction scoped to one tenant.
+
+    The schema comes from control.tenants, never from the caller, and search_path is set
+    with set_config(..., true) — the SET LOCAL form — so it ends with the transaction and a
+    pooled connection never carries one tenant's schema into the next request. The work
+    the transaction collected for after its commit runs once it has committed (on_commit).
+
+    Its statements are prepared per schema (db/platform/pool.py ScopedCursor). ``generic_plans``
+    makes PostgreSQL keep one plan per prepared statement from its first execution
+    (plan_cache_mode, transaction-local) instead of planning each of its first five runs
+    anew: for the event path's small, indexed statements, run a few times per tenant and
+    connection, planning was most of their cost.
+
+    ``redoable`` is for a transaction whose every write is derived from rows already durable
+    and is redone if it is lost (the relay's claim and evaluation of events): its COMMIT
+    returns without waiting for the WAL flush (synchronous_commit off, transaction-local).
+    A crash of PostgreSQL can then lose it whole, never half: the events go back to their
+    lease, which runs out, and are claimed and evaluated again under the ledger's unique
+    key. Nothing outside PostgreSQL acts on it before it is flushed: whatever a later
+    transaction commits durably (a claim's preparation, its inbox rows and deliveries) flushes
+    the WAL up to its own commit, and so this one's with it.
+    """
+    valid_slug(slug)
+    with connection() as conn:
+        try:
+            with not_migrated_is_an_error():
+                # One round trip: BEGIN, then find the tenant and scope the transaction to
+                # its schema; the lookup's text is the same for every tenant, so the
+                # connection prepares it once (db/platform/pool.py) instead of planning it each time.
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    found = conn.execute(_BEGIN_LOOKUPS[generic_plans, redoable], [slug])
+                row = found.fetchone()
+            if row is None:
+                raise NotFound(f"unknown tenant {slug!r}")
+            tx = TenantTx(conn, _tenant(row))
+            set_statement_scope(conn, tx.tenant.schema)
+            yield tx
+        except BaseException:
+            # The block failed (or the lookup did): nothing it wrote stays. A broken
+            # connection cannot be rolled back, and the pool discards it anyway.
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            set_statement_scope(conn, None)  # the pooled connection goes back untagged
+        conn.execute("COMMIT")
+    # Reached only when the block and the commit succeeded.
+    for note in tx.committed:
+        note()
+    if tx.has_after_commit_work:
+        _run_after_commit(tx)
+
+
+# tenant_statement's scoping: the tenant's schema as the transaction's search_path, or a
+# schema that cannot exist when the slug names no tenant, so that the statement after it
+# fails on its first table instead of reading or writing anywhere else.
+# One plan kept per statement (plan_cache_mode, as tenant_tx's generic_plans): a hot path's
+# statement planned afresh at every run costs more than running it.
+_SCOPE_TO_TENANT = (
+    "SELECT set_config('search_path', coalesce((SELECT schema_name || ', public' "
+    "FROM control.tenants WHERE slug = %s), 'no tenant by that slug'), true), "
+    "set_config('plan_cache_mode', 'force_generic_plan', true)")
+
+
+Statement = tuple[str, dict[str, object]]  # an SQL text and its parameters
+
+
+def tenant_statements(slug: str, statements: list[Statement]) -> list[list[tuple[object, ...]]]:
+    """A few statements in a tenant transaction of their own, sent with its BEGIN, its
+    scoping to the tenant's schema and its COMMIT in one round trip (tenant_tx takes
+    three): for statements a hot path runs once per provider call. Each statement's rows;
+    NotFound when the slug names no tenant (nothing was written). No after-commit work:
+    statements that need some belong in tenant_tx."""
+    with connection() as conn:
+        try:
+            set_statement_scope(conn, schema_for(slug))
+            with not_migrated_is_an_error(), conn.pipeline():
+                conn.execute("BEGIN")
+                scoped = conn.execute(_SCOPE_TO_TENANT, [slug])
+                results = [conn.execute(query, params) for query, params in statements]
+                conn.execute("COMMIT")
+        except psycopg.errors.UndefinedTable:
+            found = scoped.fetchone()
+            if found is not None and str(found[0]).startswith("no tenant"):
+                raise NotFound(f"unknown tenant {slug!r}") from None
+            raise
+        finally:
+            set_statement_scope(conn, None)
+            if conn.info.transaction_status in (psycopg.pq.TransactionStatus.INTRANS,
+                                                psycopg.pq.TransactionStatus.INERROR):
+                conn.execute("ROLLBACK")
+        return [result.fetchall() if result.description else [] for result in results]
+
+
+@contextmanager
+def tenant_read_tx(conn: Connection, slug: str) -> Iterator[TenantTx]:
+    """A read-only transaction scoped to one tenant on a connection the caller holds (the
+    ledger export's own, outside the process pool). Nothing it runs can write, so it needs
+    none of the after-commit work of tenant_tx."""
+    valid_slug(slug)
+    with conn.transaction():
+        conn.execute("SET TRANSACTION READ ONLY")
+        tenant = _load_tenant(conn, slug)
+        # Transaction-local, as in tenant_tx: the connection goes back without the schema.
+        conn.execute("SELECT set_config('search_path', %s, true)", [f"{tenant.schema}, public"])
+        yield TenantTx(conn, tenant)

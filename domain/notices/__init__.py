@@ -1,0 +1,1 @@
+"""Notices: the annual licence cadence and the states of a ledger claim."""

@@ -1,0 +1,1 @@
+"""People: validation of the names people type (slugs, zones, emails, roles)."""

@@ -1,0 +1,278 @@
+"""Settings, read once from the environment into a typed object.
+
+A bad value fails loudly at start-up with the variable's name; secrets never appear in
+the repr, so a settings object can be logged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from domain.delivery.preparation_queues import DEFAULT_PRODUCT_QUEUES, parse_product_queues
+from domain.delivery.sns_messages import valid_test_origin, valid_topic_arn
+from domain.errors import InvalidInput
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed."""
+
+
+SECRET_FIELDS = frozenset({"aws_secret_access_key", "session_secret", "previous_session_secrets"})
+# Published in the source: tocsin.core.keys refuses it outside the embedded services.
+DEV_SESSION_SECRET = "dev-only-session-secret-change-me"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    redis_url: str
+    ses_endpoint_url: str | None
+    aws_region: str
+    aws_access_key_id: str | None
+    aws_secret_access_key: str | None = field(repr=False)
+    mail_from: str
+    portal_url: str
+    web_host: str
+    web_port: int
+    session_secret: str = field(repr=False)
+    dramatiq_namespace: str
+    scan_interval_seconds: int  # seconds between two clock ticks
+    delivery_lease_seconds: int  # seconds a worker owns a delivery before it may be taken over
+    home: Path  # where embedded services keep their data
+    db_pool_max: int
+    ses_max_send_rate: float = 14.0  # emails per second, across every worker
+    # The SES configuration set every email is sent with (its event destination publishes the
+    # Send, Delivery, Bounce and Complaint events to /hooks/ses); unset: the identity's default.
+    ses_configuration_set: str | None = None
+    sweep_interval_seconds: int = 60  # seconds between two sweeps
+    reconcile_window_seconds: int = 15 * 60  # wait for a provider event before resending
+    stuck_grace_seconds: int = 30 * 60  # a claim notifying nobody this long is stuck
+    ops_topic_arn: str | None = None  # SNS topic for ops alerts; unset: alerts only logged
+    # amqp(s):// selects the RabbitMQ broker; unset: the Redis broker on redis_url.
+    broker_url: str | None = None
+    # The SNS topics whose messages the SES hook accepts; empty: every message is refused.
+    sns_allowed_topic_arns: frozenset[str] = frozenset()
+    # Tests only: a loopback origin trusted in place of Amazon's SNS hosts (see domain.delivery.sns_messages).
+    sns_test_cert_origin: str | None = None
+    # Secrets whose keys still verify but never sign (key rotation), newest first.
+    previous_session_secrets: tuple[str, ...] = field(default=(), repr=False)
+    # TOCSIN_EMBEDDED=1: set by `tocsin up` only when it started PostgreSQL itself.
+    embedded: bool = False
+    # Session lifetimes in seconds: idle (slides with each request) and absolute (never slides).
+    session_idle_seconds: int = 8 * 60 * 60
+    session_absolute_seconds: int = 24 * 60 * 60
+    # The worker's Prometheus endpoint (tocsin/monitoring/metrics.py), served by `tocsin worker`; unset: none.
+    metrics_worker_port: int | None = None
+    metrics_worker_host: str = "127.0.0.1"  # unauthenticated: keep it off public interfaces
+    # Attempts at preparing one rule notice before it is left on the Needs-attention page.
+    prepare_max_attempts: int = 5
+    # Products whose rule notices have a preparation queue of their own (prepare_<code>);
+    # the others share prepare_other.
+    product_queues: tuple[str, ...] = DEFAULT_PRODUCT_QUEUES
+    # The events relay (actors/relay.py): the polling fallback's interval, whether a commit
+    # wakes the relay at once, events per claimed batch, how long a batch is owned, how many
+    # claims an event gets before it is failed, and the per-tenant circuit breaker.
+    events_poll_seconds: int = 5
+    events_wakeup: bool = True
+    relay_batch: int = 100
+    relay_lease_seconds: int = 60
+    relay_max_attempts: int = 10
+    relay_breaker_failures: int = 3
+    relay_breaker_reset_seconds: int = 30
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f.name}={'***' if f.name in SECRET_FIELDS else _shown(f.name, getattr(self, f.name))!r}"
+            for f in fields(self)
+        )
+        return f"Settings({shown})"
+
+
+def _shown(name: str, value: object) -> object:
+    # A broker URL carries RabbitMQ's password; the rest of it helps whoever reads a log.
+    return redact_password(value) if name == "broker_url" and isinstance(value, str) else value
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if not value > 0:
+        raise ConfigError(f"{name} must be greater than 0, got {raw}")
+    return value
+
+
+def _topic_arns(env: Mapping[str, str], name: str) -> frozenset[str]:
+    arns = [a.strip() for a in env.get(name, "").split(",") if a.strip()]
+    try:
+        return frozenset(valid_topic_arn(a) for a in arns)
+    except InvalidInput as error:
+        raise ConfigError(f"{name}: {error}") from None
+
+
+def _test_origin(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name) or None
+    try:
+        return None if value is None else valid_test_origin(value)
+    except InvalidInput as error:
+        raise ConfigError(str(error)) from None
+
+
+def _optional_port(env: Mapping[str, str], name: str) -> int | None:
+    if not env.get(name):
+        return None
+    port = env_int(env, name, 0)
+    if port > 65_535:
+        raise ConfigError(f"{name} must be a TCP port (1-65535), got {port}")
+    return port
+
+
+def worker_metrics_address(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """(host, port) of the worker's Prometheus endpoint, None when METRICS_WORKER_PORT is
+    unset. `tocsin worker`'s supervisor reads only this: the other settings are judged by the
+    Dramatiq processes it starts (and restarts)."""
+    port = _optional_port(env, "METRICS_WORKER_PORT")
+    return None if port is None else (env.get("METRICS_WORKER_HOST") or "127.0.0.1", port)
+
+
+def _product_queues(env: Mapping[str, str]) -> tuple[str, ...]:
+    raw = env.get("PRODUCT_QUEUES")
+    if raw is None:
+        return DEFAULT_PRODUCT_QUEUES
+    try:
+        return parse_product_queues(raw)
+    except InvalidInput as error:
+        raise ConfigError(str(error)) from None
+
+
+def _broker_url(env: Mapping[str, str]) -> str | None:
+    """RabbitMQ's URL, or None for the Redis broker on REDIS_URL (the embedded default)."""
+    value = env.get("BROKER_URL") or None
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        raise ConfigError(
+            "BROKER_URL must be an amqp:// or amqps:// URL with a host (RabbitMQ), "
+            f"got {redact_password(value)!r}; leave it unset to use the Redis broker on REDIS_URL"
+        )
+    try:
+        parts.port  # noqa: B018  (raises on a malformed port)
+    except ValueError:
+        raise ConfigError(f"BROKER_URL has a malformed port: {redact_password(value)!r}") from None
+    return value
+
+
+def redact_password(url: str) -> str:
+    """The URL as it may be shown: any password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "")
+    if not value:
+        raise ConfigError(
+            f"{name} is not set; run through `tocsin up` (embedded services) or set it"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """The signing secrets alone: what a process that must refuse a weak secret reads when
+    it needs nothing else (the worker's supervisor)."""
+
+    session_secret: str = field(repr=False)
+    previous_session_secrets: tuple[str, ...] = field(repr=False)
+    embedded: bool  # run by `tocsin up` on the PostgreSQL it started itself
+
+
+def load_secrets(env: Mapping[str, str] | None = None) -> Secrets:
+    env = os.environ if env is None else env
+    return Secrets(
+        session_secret=env.get("SESSION_SECRET") or DEV_SESSION_SECRET,
+        previous_session_secrets=tuple(
+            s.strip() for s in env.get("SESSION_SECRET_PREVIOUS", "").split(",") if s.strip()
+        ),
+        embedded=env.get("TOCSIN_EMBEDDED", "") == "1",
+    )
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    secrets = load_secrets(env)
+    port = env_int(env, "PORT", 8000)
+    host = env.get("WEB_HOST", "127.0.0.1")
+    database_url = _required(env, "DATABASE_URL")
+    redis_url = _required(env, "REDIS_URL")
+    if not database_url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("DATABASE_URL must be a postgresql:// URL")
+    if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("REDIS_URL must be a redis:// URL")
+    return Settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        ses_endpoint_url=env.get("SES_ENDPOINT_URL") or None,
+        aws_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "eu-west-1",
+        aws_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+        aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+        mail_from=env.get("MAIL_FROM", "Tocsin <notifications@tocsin.example>"),
+        portal_url=env.get("PORTAL_URL", f"http://{host}:{port}").rstrip("/"),
+        web_host=host,
+        web_port=port,
+        session_secret=secrets.session_secret,
+        dramatiq_namespace=env.get("DRAMATIQ_NAMESPACE", "tocsin"),
+        scan_interval_seconds=env_int(env, "SCAN_INTERVAL_SECONDS", 15 * 60),
+        delivery_lease_seconds=env_int(env, "DELIVERY_LEASE_SECONDS", 5 * 60),
+        home=Path(env.get("TOCSIN_HOME", ".tocsin")).resolve(),
+        db_pool_max=env_int(env, "DB_POOL_MAX", 10),
+        ses_max_send_rate=env_float(env, "SES_MAX_SEND_RATE", 14.0),
+        ses_configuration_set=env.get("SES_CONFIGURATION_SET") or None,
+        sweep_interval_seconds=env_int(env, "SWEEP_INTERVAL_SECONDS", 60),
+        reconcile_window_seconds=env_int(env, "RECONCILE_WINDOW_SECONDS", 15 * 60, minimum=0),
+        stuck_grace_seconds=env_int(env, "STUCK_GRACE_SECONDS", 30 * 60, minimum=0),
+        ops_topic_arn=env.get("OPS_TOPIC_ARN") or None,
+        broker_url=_broker_url(env),
+        sns_allowed_topic_arns=_topic_arns(env, "SNS_ALLOWED_TOPIC_ARNS"),
+        sns_test_cert_origin=_test_origin(env, "SNS_TEST_CERT_ORIGIN"),
+        previous_session_secrets=secrets.previous_session_secrets,
+        embedded=secrets.embedded,
+        session_idle_seconds=env_int(env, "SESSION_IDLE_SECONDS", 8 * 60 * 60, minimum=60),
+        session_absolute_seconds=env_int(env, "SESSION_ABSOLUTE_SECONDS", 24 * 60 * 60, minimum=60),
+        metrics_worker_port=_optional_port(env, "METRICS_WORKER_PORT"),
+        metrics_worker_host=env.get("METRICS_WORKER_HOST") or "127.0.0.1",
+        prepare_max_attempts=env_int(env, "PREPARE_MAX_ATTEMPTS", 5),
+        product_queues=_product_queues(env),
+        events_poll_seconds=env_int(env, "EVENTS_POLL_SECONDS", 5),
+        events_wakeup=env.get("EVENTS_WAKEUP", "1").strip().lower() not in ("0", "false", "no", "off"),
+        relay_batch=env_int(env, "RELAY_BATCH", 100),
+        relay_lease_seconds=env_int(env, "RELAY_LEASE_SECONDS", 60),
+        relay_max_attempts=env_int(env, "RELAY_MAX_ATTEMPTS", 10),
+        relay_breaker_failures=env_int(env, "RELAY_BREAKER_FAILURES", 3),
+        relay_breaker_reset_seconds=env_int(env, "RELAY_BREAKER_RESET_SECONDS", 30),
+    )

@@ -1,0 +1,1 @@
+"""Monitoring: metrics, the liveness verdict and ops alerts."""

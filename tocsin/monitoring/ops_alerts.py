@@ -1,0 +1,64 @@
+"""Ops alerts to an SNS topic (the local endpoint in development), each published once."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from db.delivery.alerts import mark_published, take_unpublished
+from db.platform.tenancy import tenant_tx
+from tocsin.core import runtime
+from tocsin.core.settings import Settings
+from tocsin.providers.ses import SesMailer, aws_client
+
+if TYPE_CHECKING:
+    from mypy_boto3_sns import SNSClient
+
+log = logging.getLogger("tocsin.ops")
+
+LOCAL_OPS_TOPIC = "tocsin-ops"  # created on the local endpoint by `tocsin up` and the tests
+LOCAL_SES_EVENTS_TOPIC = "tocsin-ses-events"  # the local topic the SES hook accepts
+
+
+def sns(settings: Settings) -> SNSClient:
+    return aws_client(settings, "sns")  # type: ignore[return-value]
+
+
+def prepare_local_aws(settings: Settings) -> dict[str, str]:
+    """On the local endpoint: register the sender and create the ops topic and the SES
+    events topic; returns the settings naming them (OPS_TOPIC_ARN, SNS_ALLOWED_TOPIC_ARNS)
+    for the caller to hand to the processes it starts (real AWS is set up by an operator)."""
+    SesMailer(settings).ensure_sender_identity()
+    client = sns(settings)
+    return {
+        "OPS_TOPIC_ARN": client.create_topic(Name=LOCAL_OPS_TOPIC)["TopicArn"],
+        "SNS_ALLOWED_TOPIC_ARNS": client.create_topic(Name=LOCAL_SES_EVENTS_TOPIC)["TopicArn"],
+    }
+
+
+def publish_alerts(slug: str) -> int:
+    """Publish the tenant's unpublished alerts; the rows are locked while publishing and
+    marked in the same transaction, so concurrent sweepers publish each alert once."""
+    settings = runtime.settings()
+    with tenant_tx(slug) as tx:
+        alerts = take_unpublished(tx)
+        if not alerts:
+            return 0
+        if settings.ops_topic_arn is None:
+            log.warning("tenant=%s %d ops alert(s) waiting: OPS_TOPIC_ARN is not set", slug, len(alerts))
+            return 0
+        client = sns(settings)
+        for alert in alerts:
+            client.publish(
+                TopicArn=settings.ops_topic_arn,
+                Subject=f"Tocsin {alert.kind.replace('_', ' ')}: tenant {slug}"[:100],
+                Message=f"Tenant {slug}: {alert.summary}",
+                MessageAttributes={
+                    "tenant": {"DataType": "String", "StringValue": slug},
+                    "kind": {"DataType": "String", "StringValue": alert.kind},
+                    "ref": {"DataType": "Number", "StringValue": str(alert.ref_id)},
+                },
+            )
+        mark_published(tx, [a.id for a in alerts])
+    log.warning("tenant=%s published %d ops alert(s)", slug, len(alerts))
+    return len(alerts)

@@ -1,0 +1,138 @@
+"""The email provider adapter: AWS SES v2 through boto3 (or the local endpoint in dev).
+
+Built once per process from the settings, on first use, never at import time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from email.utils import parseaddr
+from typing import TYPE_CHECKING, Protocol
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from domain.delivery.states import ErrorClass, classify_provider_error
+from tocsin.core import runtime
+from tocsin.core.settings import Settings
+from tocsin.providers.mime_message import MessageComposer
+
+if TYPE_CHECKING:
+    from mypy_boto3_sesv2 import SESV2Client
+
+
+@dataclass(frozen=True)
+class OutgoingEmail:
+    message_id: str  # deterministic per delivery, so a resend is recognisably the same message
+    to: str
+    subject: str
+    text: str
+    tags: dict[str, str]
+    unsubscribe_url: str | None = None  # List-Unsubscribe, with RFC 8058 one-click POST
+
+
+@dataclass(frozen=True)
+class Accepted:
+    provider_message_id: str
+    request_id: str | None
+
+
+class ProviderError(Exception):
+    def __init__(self, error_class: ErrorClass, detail: str, request_id: str | None = None):
+        super().__init__(detail)
+        self.error_class = error_class
+        self.request_id = request_id
+
+
+class Mailer(Protocol):
+    def send(self, email: OutgoingEmail) -> Accepted: ...
+
+
+def aws_client(settings: Settings, service: str) -> object:
+    credentials = {}
+    if settings.aws_access_key_id:
+        credentials = {
+            "aws_access_key_id": settings.aws_access_key_id,
+            "aws_secret_access_key": settings.aws_secret_access_key,
+        }
+    elif settings.ses_endpoint_url:  # the local endpoint accepts any credentials
+        credentials = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+    return boto3.client(  # type: ignore[call-overload]
+        service,
+        region_name=settings.aws_region,
+        endpoint_url=settings.ses_endpoint_url,
+        # Exactly one HTTP request per call: a retry inside botocore would resend a message
+        # whose answer was lost, behind the back of the delivery state machine.
+        config=Config(connect_timeout=5, read_timeout=20,
+                      retries={"mode": "standard", "total_max_attempts": 1}),
+        **credentials,
+    )
+
+
+class SesMailer:
+    def __init__(self, settings: Settings):
+        self._client: SESV2Client = aws_client(settings, "sesv2")  # type: ignore[assignment]
+        self._from = settings.mail_from
+        self._composer = MessageComposer(settings.mail_from)
+        # Named on every send when set: its event destination is what settles an unknown
+        # outcome as accepted instead of resending it.
+        self._configuration_set: dict[str, str] = {}
+        if settings.ses_configuration_set:
+            self._configuration_set["ConfigurationSetName"] = settings.ses_configuration_set
+
+    def compose(self, email: OutgoingEmail) -> bytes:
+        return self._composer.compose(email)
+
+    def send(self, email: OutgoingEmail) -> Accepted:
+        try:
+            response = self._client.send_email(
+                FromEmailAddress=self._from,
+                Destination={"ToAddresses": [email.to]},
+                Content={"Raw": {"Data": self.compose(email)}},
+                EmailTags=[{"Name": k, "Value": v} for k, v in email.tags.items()],
+                **self._configuration_set,  # type: ignore[arg-type]
+            )
+        except ClientError as error:
+            info = error.response.get("Error", {})
+            meta = error.response.get("ResponseMetadata", {})
+            error_class = classify_provider_error(info.get("Code"), meta.get("HTTPStatusCode"))
+            raise ProviderError(
+                error_class, f"{info.get('Code')}: {info.get('Message')}", meta.get("RequestId")
+            ) from None
+        except BotoConnectionError as error:  # never connected: nothing was sent
+            raise ProviderError(ErrorClass.TRANSIENT, type(error).__name__) from None
+        except BotoCoreError as error:  # the request left; no answer came back
+            raise ProviderError(ErrorClass.UNCERTAIN, type(error).__name__) from None
+        return Accepted(response["MessageId"], response["ResponseMetadata"].get("RequestId"))
+
+    def ensure_sender_identity(self) -> None:
+        """Register the sender with the local endpoint (real SES identities are verified
+        by an operator in the AWS console, never by Tocsin)."""
+        address = parseaddr(self._from)[1]
+        try:
+            self._client.create_email_identity(EmailIdentity=address)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "AlreadyExistsException":
+                raise
+
+
+_lock = threading.Lock()
+_mailer: Mailer | None = None
+
+
+def get_mailer() -> Mailer:
+    global _mailer
+    with _lock:
+        if _mailer is None:
+            _mailer = SesMailer(runtime.settings())
+        return _mailer
+
+
+def set_mailer(mailer: Mailer | None) -> None:
+    """Swap the process mailer (tests inject a fault-injecting provider here)."""
+    global _mailer
+    with _lock:
+        _mailer = mailer
