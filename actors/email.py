@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-from datetime import UTC, datetime
 from email.utils import parseaddr
 from functools import lru_cache
 
@@ -227,7 +226,7 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings) -> OutgoingEmai
 
 
 def _released(slug: str, claims: list[ClaimedEmail], why: str) -> None:
-    now = datetime.now(UTC)
+    now = utcnow()
     with tenant_tx(slug) as tx:
         for claim in claims:
             record_failure(tx, claim, error_class=ErrorClass.TRANSIENT.value, error=why, retry_at=now)
@@ -250,7 +249,7 @@ def _record_error(slug: str, claim: ClaimedEmail, error: ProviderError) -> None:
         return
     retry_at = None
     if should_retry(error.error_class, claim.attempt):
-        retry_at = datetime.now(UTC) + retry_delay(claim.attempt, random.random())
+        retry_at = utcnow() + retry_delay(claim.attempt, random.random())
     log.warning("delivery tenant=%s id=%d attempt=%d %s error: %s; %s", slug, claim.delivery_id,
                 claim.attempt, error.error_class.value, error,
                 f"retry after {retry_at:%H:%M:%S}Z" if retry_at else "failed for good")

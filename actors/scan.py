@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import dramatiq
 
@@ -17,6 +17,7 @@ from db.platform.tenancy import TenantTx, tenant_tx
 from db.rules.time_rules import TimeClaimCounts, claim_time_rules
 from domain.liveness import RunKind
 from domain.people.identity import parse_instant
+from tocsin.core.clock import utcnow
 from tocsin.messaging.priority import BACKGROUND
 from tocsin.monitoring.metrics import SCAN_SECONDS, count_scan, count_time_scan
 
@@ -87,6 +88,6 @@ def scan_tenant(slug: str, as_of: str) -> None:
 def tick(as_of: str | None = None) -> None:
     """Fan out one scan per active tenant, all for the same instant, the tenants scanned
     longest ago first (db/platform/runs.py fan_out_order: no tenant waits behind the same others)."""
-    instant = parse_instant(as_of) if as_of else datetime.now(UTC)
+    instant = parse_instant(as_of) if as_of else utcnow()
     for slug in fan_out_order(RunKind.SCAN):
         scan_tenant.send(slug, instant.isoformat())

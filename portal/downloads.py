@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -24,6 +23,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from db.evidence.export_budget import ExportBudget, ExportSlot
 from db.platform.tenancy import TenantTx
 from portal.settings import PortalSettings
+from tocsin.core.clock import utcnow
 
 log = logging.getLogger("tocsin.portal")
 
@@ -83,7 +83,7 @@ def csv_download(request: Request[Any, Any, Any], tenant_slug: str, what: str,
     export budget: 429 or 503 before any byte when the budget is spent."""
     budget: ExportBudget = request.app.state["export_budget"]
     slot = budget.reserve(tenant_slug)
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    stamp = utcnow().strftime("%Y%m%d-%H%M%S")
     return Stream(
         in_threads(_csv_chunks(slot, lines_of)), media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition":

@@ -25,7 +25,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +37,7 @@ from litestar.middleware.session.server_side import (
 from litestar.types import Empty, Message, ScopeSession
 from redis.asyncio import Redis as AsyncRedis
 
+from tocsin.core.clock import timestamp
 from tocsin.core.keys import KeyRing, Purpose
 
 SESSION_COOKIE = "tocsin_session"
@@ -123,7 +123,7 @@ class SessionStore:
             data = json.loads(raw)
         except ValueError:
             data = None
-        if not isinstance(data, dict) or self._ttl(data, time.time()) <= 0:
+        if not isinstance(data, dict) or self._ttl(data, timestamp()) <= 0:
             await self.redis.delete(self._key(session_id))
             return None
         return LoadedSession(session_id, data, int(ttl), signed_with_current_key)
@@ -131,7 +131,7 @@ class SessionStore:
     async def create(self, data: dict[str, Any]) -> tuple[str, int]:
         """A new session for a sign-in: its id and its lifetime in seconds."""
         session_id = secrets.token_hex(SESSION_ID_BYTES)
-        data = {**data, "started": int(time.time())}
+        data = {**data, "started": int(timestamp())}
         ttl = min(self.idle_seconds, self.absolute_seconds)
         index = self._index(str(data["tenant"]), int(data["user_id"]))
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -145,14 +145,14 @@ class SessionStore:
         """Nothing to write back: the handler left the session as it was, its cookie is
         signed with the current key, and its key has no more than a refresh would give it and
         less than a step short of that (so the cookie, refreshed with the key, matches too)."""
-        wanted = self._ttl(loaded.data, time.time())
+        wanted = self._ttl(loaded.data, timestamp())
         return (data == loaded.data and loaded.signed_with_current_key
                 and wanted - self.refresh_step <= loaded.ttl_seconds <= wanted)
 
     async def refresh(self, loaded: LoadedSession, data: dict[str, Any]) -> int | None:
         """Slide the idle lifetime (never past the absolute one) of a session that still
         exists; None if it has ended meanwhile (signed out by another request)."""
-        ttl = self._ttl(loaded.data, time.time())
+        ttl = self._ttl(loaded.data, timestamp())
         if ttl <= 0:
             return None
         key = self._key(loaded.session_id)

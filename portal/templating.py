@@ -3,7 +3,7 @@ that turn stored values into words a person reads."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -12,6 +12,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from domain.people.identity import Role
 from portal.links import local_path
+from tocsin.core.clock import utcnow
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -84,7 +85,7 @@ def threshold_label(threshold: str) -> str:
 
 def ago(moment: datetime, now: datetime | None = None) -> str:
     """'just now', '5 minutes ago', 'yesterday', '3 weeks ago' ..."""
-    seconds = int(((now or datetime.now(UTC)) - moment).total_seconds())
+    seconds = int(((now or utcnow()) - moment).total_seconds())
     if seconds < 60:
         return "just now"
     for unit, size in (("minute", 60), ("hour", 3600), ("day", 86400)):

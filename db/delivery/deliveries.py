@@ -21,13 +21,14 @@ step 2 refuses to proceed once the lease has run out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from uuid import UUID
 
 from db.delivery.digests import digest_email, mark_digest_items_delivered
 from db.people.preferences import apply_send_check, email_send_checks
 from db.platform.tenancy import Statement, TenantTx, tenant_statements, tenant_tx
 from domain.delivery.states import WAITING, Status, guard
+from tocsin.core.clock import utcnow
 
 REENQUEUE_AFTER_SECONDS = 600  # a due delivery enqueued longer ago than this is re-enqueued
 
@@ -242,7 +243,7 @@ def claim_deliveries(
     checks = email_send_checks(
         tx, sorted({(d.recipient_user_id, d.category, d.critical) for d in due
                     if d.verdict is None and d.category is not None}),
-        now or datetime.now(UTC))
+        now or utcnow())
     results: list[ClaimedEmail | Settled] = []
     to_send = []
     for d in due:

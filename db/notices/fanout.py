@@ -9,12 +9,13 @@ claim prepared twice (or by two scans at once) yields one of each.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from db.people.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.platform.tenancy import TenantTx
 from domain.delivery.preferences import OPTED_OUT
 from domain.notices.licence import CATEGORY, COPY, RULE
+from tocsin.core.clock import utcnow
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def write_notices(
             "critical": critical,
             "in_app_channel": in_app,
             "email_channel": email,
-            "now": now or datetime.now(UTC),
+            "now": now or utcnow(),
             "tenant_zone": tx.tenant.time_zone,
             "opted_out": OPTED_OUT,
             **PRODUCT_PARAMS,

@@ -5,7 +5,7 @@ as the dry render that refuses, when a rule is saved, a template past the sandbo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 
 from db.events.facts import load_all_facts, load_subject_facts
 from db.platform.tenancy import TenantTx
@@ -15,6 +15,7 @@ from domain.rules.conditions import PathError
 from domain.rules.definitions import RuleDefinition
 from domain.rules.obligation_dates import DueDate, due_context, local_date, next_milestone
 from domain.rules.templates import TemplateRefused, TemplateTooCostly, render, template_context
+from tocsin.core.clock import utcnow
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def _context(tx: TenantTx, *, subject_id: int | None, rule_name: str, event_type
                                rule_name=rule_name)
     if due is not None and subject_id is not None and due.fact in facts:
         context["due"] = _due_context(tx, subject_id, due, facts[due.fact],
-                                      as_of or datetime.now(UTC))
+                                      as_of or utcnow())
     return context, subject
 
 

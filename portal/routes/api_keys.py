@@ -6,7 +6,7 @@ confirmation. The same use cases as `tocsin apikey create|list|revoke` (db/event
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import timedelta
 from typing import Annotated
 
 from litestar import get, post
@@ -21,6 +21,7 @@ from db.events.api_keys import ApiKey, create_api_key, list_api_keys, revoke_api
 from db.platform.tenancy import tenant_tx
 from domain.errors import Forbidden, InvalidInput, NotFound
 from portal.auth import CurrentViewer, Viewer
+from tocsin.core.clock import utcnow
 
 LABEL_MAX_LENGTH = 200  # characters of a key's label (valid_name refuses longer)
 DONE = {"revoked": "Key revoked: requests that present it are refused from now on."}
@@ -47,7 +48,7 @@ def _page(request: HTMXRequest, viewer: Viewer, *, created: tuple[ApiKey, str] |
                  "created": None if created is None else created[0],
                  "secret": None if created is None else created[1], "notice": notice,
                  "base_url": request.app.state.settings.portal_url,
-                 "example_due": (date.today() + timedelta(days=30)).isoformat()},
+                 "example_due": (utcnow().date() + timedelta(days=30)).isoformat()},
     )
 
 

@@ -5,7 +5,6 @@ forged, stale or replayed gets 403 and changes nothing; a valid one is applied o
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from litestar import Request, post
@@ -36,6 +35,7 @@ from domain.errors import NotFound
 from portal.auth import PUBLIC
 from portal.settings import app_settings
 from portal.sns import ConfirmationFailed, verify_signature, visit_subscribe_url
+from tocsin.core.clock import utcnow
 
 log = logging.getLogger("tocsin.hooks")
 
@@ -62,7 +62,7 @@ def ses_events(request: Request[Any, Any, Any], body: RawBody) -> Response[str]:
     try:
         # Cheap checks first (shape, topic, age, URLs): nothing is fetched for a message
         # that fails them.
-        envelope = check_envelope(message, trust, datetime.now(UTC))
+        envelope = check_envelope(message, trust, utcnow())
         verify_signature(message, envelope)
         if envelope.kind == "SubscriptionConfirmation":
             return _confirm(envelope)

@@ -5,7 +5,7 @@ renewal, and an administrator's renewal or reactivation of any client."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date
 from typing import Annotated
 from zoneinfo import ZoneInfo
 
@@ -21,12 +21,13 @@ from db.platform.tenancy import tenant_tx
 from domain.errors import NotFound
 from domain.notices.licence import RENEWAL_WINDOW_DAYS
 from portal.auth import BEYOND_THE_WALL, CurrentViewer, Viewer, safe_next
+from tocsin.core.clock import utcnow
 
 SOON = RENEWAL_WINDOW_DAYS  # days before expiry from which a client user may renew
 
 
 def _local_today(client: Client, viewer: Viewer) -> date:
-    return datetime.now(UTC).astimezone(ZoneInfo(client.time_zone or viewer.tenant.time_zone)).date()
+    return utcnow().astimezone(ZoneInfo(client.time_zone or viewer.tenant.time_zone)).date()
 
 
 def _licence_page(viewer: Viewer, client_id: int) -> Template:
@@ -66,7 +67,7 @@ def clients(viewer: CurrentViewer) -> Template:
     with tenant_tx(viewer.tenant.slug) as tx:
         rows = list_clients(tx)
         unread = unread_count(tx, viewer.user.id)
-    today = datetime.now(UTC).astimezone(ZoneInfo(viewer.tenant.time_zone)).date()
+    today = utcnow().astimezone(ZoneInfo(viewer.tenant.time_zone)).date()
     return Template(
         "clients.html",
         context={

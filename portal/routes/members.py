@@ -5,7 +5,7 @@ the signed, single-use link is the credential."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -33,6 +33,7 @@ from domain.tokens import verify
 from portal.auth import PUBLIC, CurrentViewer, Viewer
 from portal.routes.login import signed_in_redirect
 from portal.sessions import session_store, start_session
+from tocsin.core.clock import utcnow
 from tocsin.core.keys import SigningKeys
 
 INVITATION_DAYS = 7  # days an invitation link works
@@ -95,7 +96,7 @@ def invite(request: Request[Any, Any, Any], viewer: CurrentViewer,
     with tenant_tx(viewer.tenant.slug) as tx:  # the email is sent once this commits
         invite_member(
             tx, data.email, role, viewer.user.id, key=_keys(request).invitation.current,
-            expires_at=datetime.now(UTC) + timedelta(days=INVITATION_DAYS),
+            expires_at=utcnow() + timedelta(days=INVITATION_DAYS),
             client_id=client_id,
             display_name=data.display_name,
         )
@@ -133,7 +134,7 @@ async def deactivate_member(request: Request[Any, Any, Any], viewer: CurrentView
 
 def _invitation(request: Request[Any, Any, Any], token: str) -> tuple[str, int]:
     """The tenant and invitation a link names; a tampered or expired link says so."""
-    claims = verify(_keys(request).invitation.verifying, INVITE_PURPOSE, token, datetime.now(UTC))
+    claims = verify(_keys(request).invitation.verifying, INVITE_PURPOSE, token, utcnow())
     tenant, invitation = claims.get("tenant"), claims.get("invitation")
     if not isinstance(tenant, str) or not isinstance(invitation, int):
         raise InvalidInput("This link is not valid.")

@@ -6,7 +6,7 @@ delivery. Client users have no access: the subjects are the organisation's own r
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import date
 from typing import Annotated, Any
 
 from litestar import Request, get
@@ -32,6 +32,7 @@ from domain.errors import Forbidden, InvalidInput
 from domain.people.identity import parse_whole_number
 from portal.auth import CurrentViewer, Viewer
 from portal.downloads import csv_download, download_time_limit
+from tocsin.core.clock import utcnow
 
 Text = Annotated[str, QueryParameter(max_length=100)]
 
@@ -76,7 +77,7 @@ def obligations(
     after = Cursor(after_due, after_subject, after_rule) \
         if after_due is not None and after_subject is not None and after_rule is not None else None
     with tenant_tx(viewer.tenant.slug) as tx:
-        rows, more = obligations_page(tx, filters, datetime.now(UTC), after)
+        rows, more = obligations_page(tx, filters, utcnow(), after)
         products, statuses = products_and_statuses(tx)
         unread = unread_count(tx, viewer.user.id)
     form = _form(filters)
@@ -95,7 +96,7 @@ def obligations_csv(
     request: Request[Any, Any, Any], viewer: CurrentViewer, filters: NamedDependency[ObligationFilter]
 ) -> Stream:
     _team(viewer)
-    as_of = datetime.now(UTC)
+    as_of = utcnow()
     return csv_download(request, viewer.tenant.slug, "obligations",
                         lambda tx: csv_lines(iter_obligations(tx, filters, as_of)))
 
@@ -105,7 +106,7 @@ def subject_page(viewer: CurrentViewer, subject_id: FromPath[int]) -> Template:
     _team(viewer)
     with tenant_tx(viewer.tenant.slug) as tx:
         subject = get_subject(tx, subject_id)
-        watched = subject_obligations(tx, subject_id, datetime.now(UTC))
+        watched = subject_obligations(tx, subject_id, utcnow())
         notices = subject_notices(tx, subject_id)
         attempts = attempts_for(tx, [n.id for n in notices])
         unread = unread_count(tx, viewer.user.id)

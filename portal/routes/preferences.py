@@ -5,7 +5,6 @@ re-renders only its row with an inline confirmation or the error next to the fie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from litestar import get, post
@@ -43,6 +42,7 @@ from domain.delivery.quiet_hours import (
 from domain.errors import InvalidInput, NotFound
 from domain.people.identity import WHOLE_NUMBER, Role
 from portal.auth import CurrentViewer, Viewer
+from tocsin.core.clock import utcnow
 
 FREQUENCY_LABELS = {
     Frequency.INSTANT: "Straight away",
@@ -95,7 +95,7 @@ def _schedule_context(schedule: DeliverySchedule, *, values: ScheduleForm | None
             weekly_day=str(schedule.weekly_day),
             time_zone=schedule.zone,
         )
-    now = datetime.now(UTC)
+    now = utcnow()
     return {
         "form": values, "errors": errors or {}, "saved": saved, "zones": zone_names(),
         "next_daily": next_digest_instant("daily", now, schedule),

@@ -8,7 +8,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -49,6 +48,7 @@ from domain.rules.definitions import (
 from domain.rules.obligation_dates import TURNAROUND_AFTER, DueDate
 from portal.auth import CurrentViewer, Viewer
 from portal.routes.rules import admin_only, base_context, chosen_product
+from tocsin.core.clock import utcnow
 
 BUILDER_MAX_BYTES = 256 * 1024  # bytes of a builder form: two templates of 20,000 characters, encoded
 MAX_ROWS = 60  # condition rows read from one form (a tree holds at most 50 leaves)
@@ -349,7 +349,7 @@ async def preview_rule(request: Request[Any, Any, Any], viewer: CurrentViewer) -
                 tx, form.title, form.body, subject_id=subject_id, rule_name=form.name,
                 event_type=form.kind if form.kind in ("created", "updated") else None,
                 trigger_type=form.types[0] if form.kind == "updated" and form.types else None,
-                due=due, as_of=datetime.now(UTC))
+                due=due, as_of=utcnow())
 
     return Template("_rule_preview.html", context={"preview": await anyio.to_thread.run_sync(render)})
 

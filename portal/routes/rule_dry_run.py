@@ -4,7 +4,6 @@ case `tocsin rules dry-run` runs too)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 from litestar import get
@@ -21,6 +20,7 @@ from domain.rules.conditions import LeafTrace
 from domain.rules.diff import describe_condition
 from portal.auth import CurrentViewer
 from portal.routes.rules import admin_only, base_context
+from tocsin.core.clock import utcnow
 
 
 def describe_trace(trace: LeafTrace) -> str:
@@ -42,7 +42,7 @@ def dry_run_page(request: HTMXRequest, viewer: CurrentViewer, rule_id: FromPath[
         if subject_id is not None or event_id is not None:
             result = dry_run_rule(tx, rule_id, subject_id=subject_id,
                                   event_id=None if subject_id is not None else event_id,
-                                  as_of=datetime.now(UTC))
+                                  as_of=utcnow())
         if request.htmx and result is not None:
             return Template("_rule_dry_run.html", context={"result": result, "rule": rule,
                                                            "describe": describe_trace})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -37,6 +37,7 @@ from domain.events.json_input import InvalidJson, load_json
 from domain.rules.definitions import CODE, InvalidRule
 from domain.rules.diff import describe_trigger, diff_rules
 from portal.auth import CurrentViewer, Viewer
+from tocsin.core.clock import utcnow
 
 IMPORT_MAX_BYTES = 2 * 1024 * 1024  # bytes of an uploaded rules file (1,000 rules fit)
 DUPLICATE_TRIES = 20  # "Copy of X (n)" names tried before giving up
@@ -174,7 +175,7 @@ def export_rules_json(viewer: CurrentViewer, product: Product_ = "") -> Response
         raise InvalidInput("choose a product from the list")
     with tenant_tx(viewer.tenant.slug) as tx:
         rules = export_rules(tx, product or None)
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    stamp = utcnow().strftime("%Y%m%d-%H%M%S")
     name = f"tocsin-rules-{viewer.tenant.slug}{'-' + product if product else ''}-{stamp}.json"
     # Exactly what `tocsin rules export` prints, so either imports the other's file.
     body = (json.dumps(rules, indent=2, sort_keys=True) + "\n").encode()

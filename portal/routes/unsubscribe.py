@@ -4,7 +4,6 @@ no CSRF token: the signed token scoped to tenant, user and category is the autho
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from litestar import Request, route
@@ -20,6 +19,7 @@ from domain.delivery.unsubscribe import UnsubscribeScope, read_unsubscribe_token
 from domain.errors import InvalidInput, NotFound
 from domain.tokens import TokenExpired
 from portal.auth import PUBLIC
+from tocsin.core.clock import utcnow
 from tocsin.core.keys import SigningKeys
 
 INVALID = ("This unsubscribe link is not valid",
@@ -33,7 +33,7 @@ EXPIRED = ("This unsubscribe link has expired",
 def _scope(request: Request[Any, Any, Any], token: str) -> UnsubscribeScope:
     keys = request.app.state.signing_keys
     assert isinstance(keys, SigningKeys)
-    return read_unsubscribe_token(keys.unsubscribe.verifying, token, datetime.now(UTC))
+    return read_unsubscribe_token(keys.unsubscribe.verifying, token, utcnow())
 
 
 def _refused(error: Exception) -> Template:

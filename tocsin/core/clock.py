@@ -26,3 +26,8 @@ def pinned(instant: datetime) -> Iterator[None]:
         yield
     finally:
         _pinned = previous
+
+
+def timestamp() -> float:
+    """utcnow() as seconds since the epoch (for TTLs and ages kept in Redis)."""
+    return utcnow().timestamp()

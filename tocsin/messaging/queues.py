@@ -13,7 +13,6 @@ Nothing here builds a broker, so the portal can read it without importing the ac
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import redis
 from redis.exceptions import RedisError
 
 from domain.delivery.preparation_queues import DEFAULT_PRODUCT_QUEUES, preparation_queues
+from tocsin.core.clock import timestamp
 from tocsin.core.settings import Settings
 
 # Every queue the product's actors use (tests/integration/test_status.py checks this
@@ -92,7 +92,7 @@ class ConsumerRegistry:
     def beat(self, worker_id: str, queues: Iterable[str]) -> None:
         """Record that this worker consumes these queues for the next TTL; forget expired
         records of any worker (one that died never forgets its own)."""
-        now_ms = time.time() * 1000
+        now_ms = timestamp() * 1000
         expires = now_ms + CONSUMER_TTL_SECONDS * 1000
         members = {f"{queue}|{worker_id}": expires for queue in queues}
         pipe = self._redis.pipeline(transaction=True)
@@ -111,7 +111,7 @@ class ConsumerRegistry:
 
     def live_consumers(self) -> Counter[str]:
         """How many live workers consume each queue."""
-        now_ms = time.time() * 1000
+        now_ms = timestamp() * 1000
         counts: Counter[str] = Counter()
         for member in self._redis.zrangebyscore(self._key, now_ms, "+inf"):
             queue, _, _worker = _text(member).rpartition("|")
@@ -139,7 +139,7 @@ class RedisQueueDepths:
         ready, delayed, head = pipe.execute()
         age = None
         if head is not None:
-            age = _age_seconds(self._redis.hget(f"{ready_key}.msgs", head), time.time())
+            age = _age_seconds(self._redis.hget(f"{ready_key}.msgs", head), timestamp())
         return QueueDepth(int(ready), int(delayed), age)
 
     def waiting(self, queue: str) -> int:

@@ -27,11 +27,13 @@ from __future__ import annotations
 import binascii
 import email.policy
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import TYPE_CHECKING
+
+from tocsin.core.clock import utcnow
 
 if TYPE_CHECKING:
     from tocsin.providers.ses import OutgoingEmail
@@ -83,7 +85,7 @@ class MessageComposer:
 
     def compose(self, email: OutgoingEmail, date: datetime | None = None) -> bytes:
         """The message, dated ``date`` (now when None; an aware datetime)."""
-        date = date or datetime.now(UTC)
+        date = date or utcnow()
         headers = self._direct_headers(email, date)
         if headers is None:
             return self.compose_by_stdlib(email, date)
@@ -97,14 +99,14 @@ class MessageComposer:
                 .encode() + encoded)
 
     def composes_directly(self, email: OutgoingEmail) -> bool:
-        return self._direct_headers(email, datetime.now(UTC)) is not None
+        return self._direct_headers(email, utcnow()) is not None
 
     def compose_by_stdlib(self, email: OutgoingEmail, date: datetime | None = None) -> bytes:
         message = EmailMessage(policy=HEADERS_UNFOLDED)
         message["From"] = self._sender
         message["To"] = email.to
         message["Subject"] = email.subject
-        message["Date"] = date or datetime.now(UTC)
+        message["Date"] = date or utcnow()
         message["Message-ID"] = email.message_id
         if email.unsubscribe_url:
             message["List-Unsubscribe"] = f"<{email.unsubscribe_url}>"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import NoReturn
 
 from domain.delivery.states import UnknownPolicy
@@ -21,6 +21,7 @@ from domain.people.identity import (
     valid_slug,
     valid_zone,
 )
+from tocsin.core.clock import utcnow
 from tocsin.core.settings import ConfigError
 
 EXIT_BAD_INPUT = 2
@@ -218,7 +219,7 @@ def cmd_scan(args: argparse.Namespace) -> None:
 
     _messaging()
 
-    as_of = parse_instant(args.as_of) if args.as_of else datetime.now(UTC)
+    as_of = parse_instant(args.as_of) if args.as_of else utcnow()
     slugs = _chosen_tenants(args.tenant)
     _out(f"Scanning {len(slugs)} tenant(s) as of {as_of.isoformat()}")
     for index, slug in enumerate(slugs, 1):

@@ -23,6 +23,7 @@ from typing import Any
 from domain.errors import InvalidInput
 from domain.events.json_input import load_json
 from domain.people.identity import valid_slug
+from tocsin.core.clock import utcnow
 
 Command = Callable[..., argparse.ArgumentParser]
 
@@ -151,7 +152,6 @@ def cmd_rules_import(args: argparse.Namespace) -> None:
 def cmd_rules_dry_run(args: argparse.Namespace) -> None:
     """The rule against a subject or event: each step, each condition with the value seen,
     and why it would not fire (db/rules/dry_run.py, as the console's dry run)."""
-    from datetime import datetime
 
     from db.platform.tenancy import tenant_tx
     from db.rules.dry_run import dry_run_rule
@@ -159,7 +159,7 @@ def cmd_rules_dry_run(args: argparse.Namespace) -> None:
 
     with tenant_tx(valid_slug(args.tenant)) as tx:
         result = dry_run_rule(tx, args.id, subject_id=args.subject, event_id=args.event,
-                              as_of=datetime.now(UTC))
+                              as_of=utcnow())
     _out(f"rule {args.id} ({result.rule_name}), version {result.rule_version}, "
          f"against {result.against}")
     _out(f"verdict: {'WOULD FIRE' if result.fires else 'would NOT fire'}")

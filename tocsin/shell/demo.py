@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from db.people.clients import create_client
@@ -18,6 +18,7 @@ from db.people.users import create_user
 from db.platform.tenancy import create_tenant, list_tenants, tenant_tx
 from domain.delivery.quiet_hours import DEFAULT_DIGEST_TIME, DEFAULT_WEEKLY_DAY, QuietHours
 from domain.people.identity import Plan, Role
+from tocsin.core.clock import utcnow
 from tocsin.shell.demo_fraud import seed_fraud_desk
 from tocsin.shell.demo_metrology import seed_metrology
 
@@ -54,7 +55,7 @@ def seed_demo(today: date | None = None) -> Iterator[str]:
         yield from _logins("Demo tenant already seeded; reusing it.")
         return
     create_tenant(DEMO_SLUG, "Demo Compliance Co", DEMO_ZONE)
-    now = datetime.now(UTC)
+    now = utcnow()
     today = today or now.astimezone(ZoneInfo(DEMO_ZONE)).date()
     quiet: QuietHours | None = None
     with tenant_tx(DEMO_SLUG) as tx:

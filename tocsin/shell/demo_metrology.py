@@ -14,7 +14,7 @@ certificates are recorded the way a host on the same PostgreSQL records them
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -26,6 +26,7 @@ from db.platform.tenancy import tenant_tx
 from db.rules.definitions import create_rule
 from domain.people.identity import Role
 from tocsin.core import runtime
+from tocsin.core.clock import utcnow
 from tocsin.shell.outbox import record_event
 
 PRODUCT = "metrology"
@@ -105,7 +106,7 @@ def seed_metrology(slug: str, password: str, now: datetime | None = None) -> Ite
     set_up_metrology(slug, password)
     # The host's own connection and transaction: the certificates exist because it commits.
     with psycopg.connect(runtime.settings().database_url) as conn:
-        for event in demo_certificates(now or datetime.now(UTC)):
+        for event in demo_certificates(now or utcnow()):
             record_event(conn, slug, event)
     yield (f"Legal metrology: {len(CERTIFICATES)} calibration certificates at sites in London, "
            f"Kolkata and Auckland, due within 40 days, and the rule '{CALIBRATION_RULE['name']}' "
