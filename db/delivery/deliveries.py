@@ -27,17 +27,20 @@ from uuid import UUID
 from db.delivery.digests import digest_email, mark_digest_items_delivered
 from db.people.preferences import apply_send_check, email_send_checks
 from db.platform.tenancy import Statement, TenantTx, tenant_statements, tenant_tx
-from domain.delivery.states import WAITING, Status, guard
+from domain.delivery.states import DELIVERY, WAITING, Status
 from tocsin.core.clock import utcnow
 
 REENQUEUE_AFTER_SECONDS = 600  # a due delivery enqueued longer ago than this is re-enqueued
 
-# The statuses each guarded UPDATE below may leave, from domain/delivery/states.py's table (the one
-# source of truth; Postgres enforces the same table on every status change, see
-# db/platform/migrations/__init__.py sync_delivery_moves).
+# Every status UPDATE below is guarded by the statuses it may leave, from the domain's
+# DELIVERY machine (PostgreSQL checks every change against the same moves: control.state_moves).
 _WAITING = sorted(s.value for s in WAITING)
-_TO_SENDING = guard(Status.SENDING)
-_TO_ACCEPTED = guard(Status.ACCEPTED)
+_SETTLE = {s: DELIVERY.where(to=s, within=WAITING)
+           for s in (Status.CANCELLED, Status.DEFERRED, Status.BATCHED)}
+_TO_SENDING = DELIVERY.where(to=Status.SENDING)
+_TO_ACCEPTED = DELIVERY.where(to=Status.ACCEPTED, alias="d")
+_RETRY_OR_FAIL = DELIVERY.where(to=(Status.FAILED, Status.PENDING), from_=[Status.SENDING])
+_TO_UNKNOWN = DELIVERY.where(to=Status.UNKNOWN)
 
 # Why a due delivery is no longer wanted, checked in the claiming transaction. Subject
 # eligibility is per rule: a licence notice is about one due date, and stops applying
@@ -139,17 +142,16 @@ def settle_unsent(
     tx: TenantTx, delivery_id: int, status: str, reason: str, send_after: datetime | None = None
 ) -> None:
     """Move a locked, unclaimed delivery to cancelled, deferred or batched, with why."""
-    if status not in ("cancelled", "deferred", "batched"):
+    if status not in _SETTLE:
         raise ValueError(f"cannot settle an unsent delivery as {status}")
     tx.conn.execute(
-        """
+        f"""
         UPDATE notification_deliveries
         SET status = %(status)s, status_reason = %(reason)s, enqueued_at = NULL,
             send_after = coalesce(%(send_after)s, send_after), updated_at = now()
-        WHERE id = %(id)s AND status = ANY(%(from)s)
+        WHERE id = %(id)s AND {_SETTLE[Status(status)]}
         """,
-        {"id": delivery_id, "status": status, "reason": reason[:500], "send_after": send_after,
-         "from": guard(Status(status), WAITING)},
+        {"id": delivery_id, "status": status, "reason": reason[:500], "send_after": send_after},
     )
 
 
@@ -167,13 +169,13 @@ def start_attempts(
     if not delivery_ids:
         return []
     rows = tx.conn.execute(
-        """
+        f"""
         WITH claimed AS (
             UPDATE notification_deliveries
             SET status = 'sending', claim_token = gen_random_uuid(),
                 lease_until = now() + make_interval(secs => %(lease)s),
                 attempts = attempts + 1, status_reason = NULL, updated_at = now()
-            WHERE id = ANY(%(ids)s) AND status = ANY(%(from)s) AND send_after <= now()
+            WHERE id = ANY(%(ids)s) AND {_TO_SENDING} AND send_after <= now()
             RETURNING id, notification_id, digest_id, claim_token, attempts
         ), attempt AS (
             INSERT INTO delivery_attempts (delivery_id, attempt_no, claim_token)
@@ -187,7 +189,7 @@ def start_attempts(
         JOIN users u ON u.id = coalesce(n.recipient_user_id, g.user_id)
         ORDER BY c.id
         """,
-        {"ids": sorted(delivery_ids), "lease": lease_seconds, "from": _TO_SENDING},
+        {"ids": sorted(delivery_ids), "lease": lease_seconds},
     ).fetchall()
     if len(rows) != len(set(delivery_ids)):
         missing = set(delivery_ids) - {int(str(r[0])) for r in rows}
@@ -326,7 +328,7 @@ _STEP = f"""
             accepted_at = now(), lease_until = NULL, unknown_since = NULL, last_error = NULL,
             last_error_class = NULL, status_reason = NULL, updated_at = now()
         WHERE d.id = %(id)s AND d.claim_token = %(token)s
-          AND d.status IN ({", ".join(f"'{s}'" for s in _TO_ACCEPTED)})
+          AND {_TO_ACCEPTED}
         RETURNING d.id, d.notification_id
     ), attempt AS (
         UPDATE delivery_attempts a
@@ -382,14 +384,14 @@ def record_failure(
     """A failed attempt: back to pending at ``retry_at``, or failed for good. Fenced by
     the claim token like every result write."""
     row = tx.conn.execute(
-        """
+        f"""
         WITH updated AS (
             UPDATE notification_deliveries
             SET status = CASE WHEN %(retry_at)s::timestamptz IS NULL THEN 'failed' ELSE 'pending' END,
                 send_after = coalesce(%(retry_at)s, send_after), lease_until = NULL,
                 enqueued_at = NULL, last_error = %(error)s, last_error_class = %(error_class)s,
                 updated_at = now()
-            WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
+            WHERE id = %(id)s AND claim_token = %(token)s AND {_RETRY_OR_FAIL}
             RETURNING id
         )
         UPDATE delivery_attempts
@@ -410,12 +412,12 @@ def record_unknown(tx: TenantTx, claim: ClaimedEmail, error: str) -> bool:
     """The request left and no answer came back: the provider may have the message.
     Reconciliation (the sweeper, or a provider event) decides what happens next."""
     row = tx.conn.execute(
-        """
+        f"""
         WITH updated AS (
             UPDATE notification_deliveries
             SET status = 'unknown', unknown_since = now(), lease_until = NULL,
                 last_error = %(error)s, last_error_class = 'uncertain', updated_at = now()
-            WHERE id = %(id)s AND claim_token = %(token)s AND status = 'sending'
+            WHERE id = %(id)s AND claim_token = %(token)s AND {_TO_UNKNOWN}
             RETURNING id
         )
         UPDATE delivery_attempts

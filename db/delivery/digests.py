@@ -16,8 +16,15 @@ from db.people.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.platform.tenancy import TenantTx
 from domain.delivery.preferences import OPTED_OUT
 from domain.delivery.quiet_hours import DeliverySchedule, DigestDue, QuietHours, due_digest
+from domain.delivery.states import DELIVERY, Status
+from domain.notices.claims import CLAIM, ClaimStatus
 
 RULE = "digest"
+
+# The status guards of the UPDATEs below, from the domain's machines.
+_OPTED_OUT_ITEM = DELIVERY.where(to=Status.CANCELLED, from_=[Status.BATCHED])
+_SENT_IN_DIGEST = DELIVERY.where(to=Status.DELIVERED, from_=[Status.BATCHED])
+_NOTHING_LEFT = CLAIM.where(to=ClaimStatus.SKIPPED)
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ WHERE id IN (
     CROSS JOIN LATERAL (SELECT {RESOLVED_COLUMNS}) r
     WHERE d.status = 'batched' AND d.in_digest_id IS NULL AND n.recipient_user_id = %(user)s
       AND NOT (r.email AND r.frequency <> 'off')
-) AND status = 'batched' AND in_digest_id IS NULL
+) AND {_OPTED_OUT_ITEM} AND in_digest_id IS NULL
 """
 
 _CLAIM = """
@@ -127,7 +134,7 @@ def build_digest(tx: TenantTx, waiting: Waiting, due: DigestDue, as_of: datetime
     if taken is None:  # another period's builder took them all meanwhile: nothing to send
         tx.conn.execute(
             "UPDATE notification_ledger SET status = 'skipped', status_reason = 'no items left' "
-            "WHERE id = (SELECT ledger_id FROM digests WHERE id = %s)",
+            f"WHERE id = (SELECT ledger_id FROM digests WHERE id = %s) AND {_NOTHING_LEFT}",
             [digest_id],
         )
         return None
@@ -195,12 +202,12 @@ def mark_digest_items_delivered(tx: TenantTx, digest_id: int) -> int:
     """Once the digest email is accepted by the provider: its items count as delivered, and
     their ledger rows (and the digest's own) record the delivery. Idempotent."""
     row = tx.conn.execute(
-        """
+        f"""
         WITH items AS (
             UPDATE notification_deliveries
             SET status = 'delivered', accepted_at = coalesce(accepted_at, now()),
                 status_reason = 'sent in digest ' || %(digest)s, updated_at = now()
-            WHERE in_digest_id = %(digest)s AND status = 'batched'
+            WHERE in_digest_id = %(digest)s AND {_SENT_IN_DIGEST}
             RETURNING notification_id
         ), item_ledger AS (
             UPDATE notification_ledger l SET delivered_at = coalesce(l.delivered_at, now())

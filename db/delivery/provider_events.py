@@ -18,9 +18,15 @@ from db.delivery.digests import mark_digest_items_delivered
 from db.platform.pool import connection
 from db.platform.tenancy import TenantTx, tenant_tx
 from domain.delivery.sns_messages import SEEN_RETENTION
-from domain.delivery.states import provider_event_move
+from domain.delivery.states import DELIVERY, PROVIDER_EVENT_TARGETS, PROVIDER_MAY_HOLD, provider_event_move
 
 PRUNE_BATCH = 100  # seen message ids removed per insert at most: pruning never stalls a hook call
+
+# The guard of each provider event's move, from the domain's DELIVERY machine: the statuses
+# it may move from among those in which the provider may hold our message. An event that
+# moves nothing (a delivery delay, a type we do not know) matches no row.
+_EVENT_MOVES = {event_type: DELIVERY.where(to=target, within=PROVIDER_MAY_HOLD, alias="d")
+                for event_type, target in PROVIDER_EVENT_TARGETS.items()}
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
     target = None if move is None else move[0].value
     sources = [] if move is None else sorted(s.value for s in move[1])
     row = tx.conn.execute(
-        """
+        f"""
         WITH delivery AS (
             SELECT d.id, d.notification_id, u.email
             FROM notification_deliveries d
@@ -113,7 +119,8 @@ def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
                 provider_message_id = coalesce(d.provider_message_id, %(message_id)s),
                 accepted_at = coalesce(d.accepted_at, now())
             FROM delivery x
-            WHERE d.id = x.id AND %(target)s::text IS NOT NULL AND d.status = ANY(%(sources)s)
+            WHERE d.id = x.id AND %(target)s::text IS NOT NULL
+              AND {_EVENT_MOVES.get(event.event_type, "false")}
             RETURNING d.id, d.notification_id
         ), attempt AS (
             UPDATE delivery_attempts a
@@ -134,7 +141,7 @@ def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
         SELECT d.status, d.digest_id FROM notification_deliveries d JOIN delivery x ON x.id = d.id
         """,
         {"id": event.delivery_id, "type": event.event_type, "message_id": event.provider_message_id,
-         "detail": event.detail, "at": event.occurred_at, "target": target, "sources": sources,
+         "detail": event.detail, "at": event.occurred_at, "target": target,
          "permanent": event.permanent_bounce},
     ).fetchone()
     if row is None:
@@ -145,10 +152,3 @@ def apply_event(tx: TenantTx, event: ProviderEvent) -> str | None:
     # The final SELECT reads the snapshot from before the CTEs; the status is the target
     # when the move applied, else unchanged.
     return target if moved and target is not None else str(row[0])
-
-
-def is_suppressed(tx: TenantTx, address: str) -> bool:
-    row = tx.conn.execute(
-        "SELECT 1 FROM suppressed_addresses WHERE email = lower(%s)", [address]
-    ).fetchone()
-    return row is not None

@@ -10,11 +10,17 @@ from dataclasses import dataclass
 
 from db.delivery.digests import mark_digest_items_delivered
 from db.platform.tenancy import TenantTx
-from domain.delivery.states import MAX_ATTEMPTS, UnknownPolicy
+from domain.delivery.states import DELIVERY, MAX_ATTEMPTS, Status, UnknownPolicy
 
 # Why a delivery whose outcome is unknown waits for a person (the tenant's policy is hold):
 # Needs attention lists it with two decisions (db/delivery/reviews.py).
 HELD_REASON = "held for review: no provider event arrived after an unknown outcome"
+
+# The status guards of the UPDATEs below, from the domain's DELIVERY machine.
+_LEASE_EXPIRED = DELIVERY.where(to=(Status.UNKNOWN, Status.FAILED, Status.PENDING),
+                                from_=[Status.SENDING], alias="d")
+_PROVEN = DELIVERY.where(to=Status.ACCEPTED, from_=[Status.UNKNOWN], alias="d")
+_RESENT = DELIVERY.where(to=Status.PENDING, from_=[Status.UNKNOWN])
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,7 @@ def expire_leases(tx: TenantTx) -> LeaseReport:
     was never called, unknown when it was. The token is kept, so the original worker's
     late answer, if it ever comes, is still recorded."""
     rows = tx.conn.execute(
-        """
+        f"""
         WITH expired AS (
             SELECT d.id, d.claim_token, d.attempts,
                    EXISTS (SELECT 1 FROM delivery_attempts a
@@ -49,7 +55,7 @@ def expire_leases(tx: TenantTx) -> LeaseReport:
                 last_error_class = CASE WHEN e.called THEN 'uncertain' ELSE 'transient' END,
                 updated_at = now()
             FROM expired e
-            WHERE d.id = e.id AND d.status = 'sending'
+            WHERE d.id = e.id AND {_LEASE_EXPIRED}
             RETURNING d.id, d.status
         ), ended AS (
             UPDATE delivery_attempts a
@@ -79,7 +85,7 @@ def reconcile_unknown(tx: TenantTx, window_seconds: int, policy: UnknownPolicy) 
     """Unknown outcomes older than the window. An event from the provider naming the
     delivery settles it as accepted; without one, the tenant's policy decides."""
     confirmed = tx.conn.execute(
-        """
+        f"""
         WITH proven AS (
             SELECT d.id, d.notification_id, e.provider_message_id
             FROM notification_deliveries d
@@ -92,7 +98,7 @@ def reconcile_unknown(tx: TenantTx, window_seconds: int, policy: UnknownPolicy) 
             SET status = 'accepted', accepted_at = now(), unknown_since = NULL,
                 provider_message_id = coalesce(d.provider_message_id, p.provider_message_id),
                 status_reason = NULL, updated_at = now()
-            FROM proven p WHERE d.id = p.id
+            FROM proven p WHERE d.id = p.id AND {_PROVEN}
             RETURNING d.notification_id, d.digest_id
         ), ledger AS (
             UPDATE notification_ledger l SET delivered_at = coalesce(l.delivered_at, now())
@@ -107,7 +113,7 @@ def reconcile_unknown(tx: TenantTx, window_seconds: int, policy: UnknownPolicy) 
             mark_digest_items_delivered(tx, int(str(digest_id)))
     if policy is UnknownPolicy.RESEND:
         moved = tx.conn.execute(
-            """
+            f"""
             UPDATE notification_deliveries
             SET status = 'pending', send_after = now(), enqueued_at = NULL, unknown_since = NULL,
                 status_reason = 'resent after an unknown outcome', updated_at = now()
@@ -115,7 +121,7 @@ def reconcile_unknown(tx: TenantTx, window_seconds: int, policy: UnknownPolicy) 
                 SELECT id FROM notification_deliveries
                 WHERE status = 'unknown' AND unknown_since < now() - make_interval(secs => %s)
                 ORDER BY id FOR UPDATE SKIP LOCKED
-            )
+            ) AND {_RESENT}
             RETURNING id
             """,
             [window_seconds],

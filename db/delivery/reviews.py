@@ -14,8 +14,11 @@ from db.delivery.deliveries import schedule_deliveries
 from db.delivery.digests import mark_digest_items_delivered
 from db.delivery.recovery import HELD_REASON
 from db.platform.tenancy import TenantTx
-from domain.delivery.states import Status, guard
+from domain.delivery.states import DELIVERY, Status
 from domain.errors import Conflict, NotFound
+
+# Both decisions move a delivery held in unknown (to pending, or to delivered).
+_DECIDED = DELIVERY.where(to=(Status.PENDING, Status.DELIVERED), from_=[Status.UNKNOWN], alias="d")
 
 
 class Decision(StrEnum):
@@ -38,7 +41,7 @@ def decide_held_delivery(tx: TenantTx, delivery_id: int, decision: Decision, use
     mark delivered settles it and its claim as delivered."""
     target = Status.PENDING if decision is Decision.SEND_AGAIN else Status.DELIVERED
     row = tx.conn.execute(
-        """
+        f"""
         WITH held AS (
             SELECT id, attempts, notification_id, digest_id FROM notification_deliveries
             WHERE id = %(id)s AND status = 'unknown' AND status_reason = %(held)s
@@ -52,7 +55,7 @@ def decide_held_delivery(tx: TenantTx, delivery_id: int, decision: Decision, use
                                      THEN 'marked delivered by a person after an unknown outcome'
                                      ELSE 'sent again by a person after an unknown outcome' END,
                 updated_at = now()
-            FROM held h WHERE d.id = h.id AND d.status = ANY(%(from)s)
+            FROM held h WHERE d.id = h.id AND {_DECIDED}
             RETURNING d.id, h.attempts, d.notification_id, d.digest_id
         ), reviewed AS (
             INSERT INTO delivery_reviews (delivery_id, decision, decided_by, attempt_no)
@@ -64,7 +67,7 @@ def decide_held_delivery(tx: TenantTx, delivery_id: int, decision: Decision, use
         )
         SELECT id, digest_id FROM moved
         """,
-        {"id": delivery_id, "held": HELD_REASON, "target": target.value, "from": guard(target),
+        {"id": delivery_id, "held": HELD_REASON, "target": target.value,
          "decision": decision.value, "user": user_id},
     ).fetchone()
     if row is None:

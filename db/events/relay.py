@@ -26,6 +26,7 @@ from psycopg import sql
 
 from db.platform.pool import connection
 from db.platform.tenancy import Tenant, TenantTx, not_migrated_is_an_error
+from domain.events.states import EVENT, EventStatus
 
 READY = "(status = 'pending' OR (status = 'processing' AND lease_until < now()))"
 CHUNK = 200  # schemas per statement when looking for ready events
@@ -53,6 +54,7 @@ WITH busy AS (
     WHERE id IN (SELECT id FROM events WHERE {READY} AND attempts >= %(max)s
                  AND NOT (SELECT b FROM busy)
                  FOR UPDATE SKIP LOCKED)
+      AND {EVENT.where(to=EventStatus.FAILED)}
     RETURNING id
 ), batch AS (
     SELECT id FROM events WHERE {READY} AND attempts < %(max)s AND NOT (SELECT b FROM busy)
@@ -61,7 +63,7 @@ WITH busy AS (
 ), token AS (SELECT gen_random_uuid() AS t), claimed AS (
     UPDATE events e SET status = 'processing', claim_token = token.t,
            lease_until = now() + make_interval(secs => %(lease)s), attempts = attempts + 1
-    FROM batch, token WHERE e.id = batch.id
+    FROM batch, token WHERE e.id = batch.id AND {EVENT.where(to=EventStatus.PROCESSING, alias="e")}
     RETURNING e.id
 )
 SELECT (SELECT b FROM busy), (SELECT count(*) FROM gave_up),
@@ -80,12 +82,15 @@ def claim_events(tx: TenantTx, *, limit: int, lease_seconds: int, max_attempts: 
     return ClaimedBatch(UUID(str(token)) if ids else None, ids, int(str(failed)), False)
 
 
+_HANDED_BACK = EVENT.where(to=EventStatus.PENDING)
+
+
 def release_batch(tx: TenantTx, event_ids: Sequence[int], error: str) -> int:
     """Hand a batch back (its evaluation failed): pending again at once, with the error, so
     the next relay pass retries it; the attempts count still bounds it."""
     return tx.conn.execute(
         "UPDATE events SET status = 'pending', lease_until = NULL, last_error = %s "
-        "WHERE id = ANY(%s) AND status = 'processing'",
+        f"WHERE id = ANY(%s) AND {_HANDED_BACK}",
         [error[:2000], list(event_ids)],
     ).rowcount
 

@@ -14,7 +14,15 @@ from datetime import UTC, datetime, timedelta
 
 from db.notices.fanout import notify_claims
 from db.platform.tenancy import TenantTx
-from domain.notices.licence import GRACE_DAYS, RULE, SUBJECT_KIND, Stage, window_table
+from domain.notices.licence import (
+    GRACE_DAYS,
+    LICENCE,
+    RULE,
+    SUBJECT_KIND,
+    LicenceStatus,
+    Stage,
+    window_table,
+)
 
 # A client's local date is at most this many days away from the UTC date (UTC-12..UTC+14).
 _ZONE_SLACK = timedelta(days=1)
@@ -45,7 +53,7 @@ WITH lapsed AS (
     -- The guard: only a row still active becomes expired, so only one scan ever sees it.
     UPDATE clients c SET status = 'expired', updated_at = now()
     FROM lapsed
-    WHERE c.id = lapsed.id AND c.status = 'active'
+    WHERE c.id = lapsed.id AND {LICENCE.where(to=LicenceStatus.EXPIRED, alias="c")}
     RETURNING c.id, c.access_expires_on, {_local_today()} AS local_today
 ), events AS (
     INSERT INTO license_events (client_id, event, access_expires_on, threshold, actor)
@@ -77,7 +85,7 @@ WITH ended AS (
 ), closed AS (
     UPDATE clients c SET status = 'closed', updated_at = now()
     FROM ended
-    WHERE c.id = ended.id AND c.status = 'expired'
+    WHERE c.id = ended.id AND {LICENCE.where(to=LicenceStatus.CLOSED, alias="c")}
     RETURNING c.id, c.access_expires_on, {_local_today()} AS local_today
 ), events AS (
     INSERT INTO license_events (client_id, event, access_expires_on, threshold, actor)

@@ -8,8 +8,10 @@ from datetime import date
 from db.delivery.deliveries import schedule_deliveries
 from db.notices.fanout import notify_claims
 from db.platform.tenancy import TenantTx
+from domain.delivery.states import DELIVERY, NOT_SENT, Status
 from domain.errors import NotFound
-from domain.notices.licence import RENEWED, RULE, SUBJECT_KIND, check_client_renewal
+from domain.notices.claims import CLAIM, ClaimStatus
+from domain.notices.licence import LICENCE, RENEWED, RULE, SUBJECT_KIND, LicenceStatus, check_client_renewal
 from domain.people.identity import Plan, valid_name, valid_zone
 
 
@@ -86,6 +88,12 @@ def license_events(tx: TenantTx, client_id: int) -> list[tuple[str, date, str | 
 
 RENEWAL_TERM_SQL = "interval '1 year'"
 
+# The status guards of a renewal's UPDATEs, from the domain's machines: any licence may be
+# renewed (LICENCE); reminders and claims for the old date not sent yet are cancelled.
+_RENEWED = LICENCE.where(to=LicenceStatus.ACTIVE)
+_UNSENT_CANCELLED = DELIVERY.where(to=Status.CANCELLED, from_=NOT_SENT, alias="d")
+_CLAIM_CANCELLED = CLAIM.where(to=ClaimStatus.CANCELLED, alias="l")
+
 
 @dataclass(frozen=True)
 class Renewal:
@@ -133,6 +141,7 @@ def renew_licence(
         SET status = 'active', updated_at = now(),
             access_expires_on = (greatest(access_expires_on, %(today)s) + {RENEWAL_TERM_SQL})::date
         WHERE id = %(id)s AND access_expires_on = coalesce(%(expected)s, access_expires_on)
+          AND {_RENEWED}
         RETURNING {_COLUMNS}
         """,
         {"id": client_id, "today": today, "expected": expected_expires_on},
@@ -158,26 +167,26 @@ def _cancel_reminders(tx: TenantTx, client_id: int, old_due_on: date) -> None:
     params = {"rule": RULE, "kind": SUBJECT_KIND, "client": client_id, "due": old_due_on,
               "renewed": RENEWED}
     tx.conn.execute(
-        """
+        f"""
         UPDATE notification_deliveries d
         SET status = 'cancelled', status_reason = 'licence renewed before delivery',
             updated_at = now()
         FROM notifications n
         JOIN notification_ledger l ON l.id = n.ledger_id
-        WHERE d.notification_id = n.id AND d.status IN ('pending', 'deferred', 'batched')
+        WHERE d.notification_id = n.id AND {_UNSENT_CANCELLED}
           AND l.rule = %(rule)s AND l.subject_kind = %(kind)s AND l.subject_id = %(client)s
           AND l.due_on = %(due)s AND l.threshold <> %(renewed)s
         """,
         params,
     )
     tx.conn.execute(
-        """
+        f"""
         UPDATE notification_ledger l
         SET status = 'cancelled', status_reason = 'licence renewed before delivery',
             cancelled_at = now()
         WHERE l.rule = %(rule)s AND l.subject_kind = %(kind)s AND l.subject_id = %(client)s
           AND l.due_on = %(due)s AND l.threshold <> %(renewed)s
-          AND l.status = 'claimed' AND l.delivered_at IS NULL
+          AND {_CLAIM_CANCELLED} AND l.delivered_at IS NULL
           AND NOT EXISTS (
               SELECT 1 FROM notifications n JOIN notification_deliveries d ON d.notification_id = n.id
               WHERE n.ledger_id = l.id AND d.status <> 'cancelled'

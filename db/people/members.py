@@ -17,6 +17,7 @@ from db.delivery.deliveries import schedule_deliveries
 from db.delivery.inbox import add_to_inbox
 from db.people.users import User, get_user, set_password
 from db.platform.tenancy import TenantTx
+from domain.delivery.states import DELIVERY, NOT_SENT, Status
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.people.identity import Role, valid_email, valid_name
 from domain.tokens import sign
@@ -205,6 +206,10 @@ def set_role(tx: TenantTx, actor_id: int, user_id: int, role: Role) -> User:
     return changed
 
 
+# What a deactivation cancels: the person's emails not sent yet (DELIVERY's guard).
+_UNSENT_CANCELLED = DELIVERY.where(to=Status.CANCELLED, from_=NOT_SENT, alias="d")
+
+
 def deactivate(tx: TenantTx, actor_id: int, user_id: int) -> User:
     """Deactivate someone: they cannot sign in (their sessions end at their next request), an
     open invitation stops working, and nothing still waiting to be sent reaches them."""
@@ -218,12 +223,11 @@ def deactivate(tx: TenantTx, actor_id: int, user_id: int) -> User:
         [user_id],
     )
     tx.conn.execute(
-        """
+        f"""
         UPDATE notification_deliveries d
         SET status = 'cancelled', status_reason = 'recipient deactivated', updated_at = now()
         FROM notifications n
-        WHERE d.notification_id = n.id AND n.recipient_user_id = %s
-          AND d.status IN ('pending', 'deferred', 'batched')
+        WHERE d.notification_id = n.id AND n.recipient_user_id = %s AND {_UNSENT_CANCELLED}
         """,
         [user_id],
     )

@@ -26,6 +26,7 @@ from domain.delivery.preferences import (
     valid_lock_reason,
 )
 from domain.delivery.quiet_hours import DeliverySchedule, QuietHours, quiet_hours_end
+from domain.delivery.states import DELIVERY, WAITING, Status
 from domain.errors import InvalidInput, NotFound
 
 # Needs `up` (notification_preferences, the user's row or NULLs) and `td` (category_defaults,
@@ -178,6 +179,16 @@ def delivery_send_check(tx: TenantTx, delivery_id: int, now: datetime) -> SendCh
     return email_send_check(tx, int(str(row[0])), str(row[1]), now, critical=bool(row[3]))
 
 
+# The guard of each move a send check makes, from the domain's DELIVERY machine: a waiting
+# delivery, or a sending one this claim holds (its token).
+_SEND_CHECK_MOVES = {
+    target: f"({DELIVERY.where(to=target, within=WAITING)} OR "
+            f"({DELIVERY.where(to=target, from_=[Status.SENDING])} AND claim_token = %(token)s::uuid))"
+    for target in (Status.CANCELLED, Status.DEFERRED, Status.BATCHED)
+}
+_DEFERRAL_OVER = DELIVERY.where(to=Status.PENDING, from_=[Status.DEFERRED])
+
+
 def apply_send_check(tx: TenantTx, delivery_id: int, check: SendCheck, claim_token: object = None) -> bool:
     """Move a pending or deferred (or, with its claim token, a sending) email delivery to what the check
     says; SEND changes nothing. False if the row was not in a state we may move."""
@@ -189,15 +200,14 @@ def apply_send_check(tx: TenantTx, delivery_id: int, check: SendCheck, claim_tok
         "batch": ("batched", None, None, check.period),
     }[check.action.value]
     row = tx.conn.execute(
-        """
+        f"""
         UPDATE notification_deliveries
         SET status = %(status)s, status_reason = %(reason)s::text,
             send_after = coalesce(%(send_after)s::timestamptz, send_after),
             batch_period = %(period)s::text,
             batched_at = CASE WHEN %(period)s::text IS NULL THEN NULL ELSE now() END,
             lease_until = NULL, enqueued_at = NULL, updated_at = now()
-        WHERE id = %(id)s AND notification_id IS NOT NULL
-          AND (status IN ('pending', 'deferred') OR (status = 'sending' AND claim_token = %(token)s::uuid))
+        WHERE id = %(id)s AND notification_id IS NOT NULL AND {_SEND_CHECK_MOVES[Status(status)]}
         RETURNING id
         """,
         {"status": status, "reason": reason, "send_after": send_after, "period": period,
@@ -211,14 +221,14 @@ def release_due_deferrals(tx: TenantTx, now: datetime, limit: int = 10_000) -> l
     enqueued), so the usual enqueue-and-send path takes them. Guarded: each row is released
     by one transaction only."""
     rows = tx.conn.execute(
-        """
+        f"""
         UPDATE notification_deliveries SET status = 'pending', send_after = least(send_after, now()),
                enqueued_at = NULL, updated_at = now()
         WHERE id IN (
             SELECT id FROM notification_deliveries
             WHERE status = 'deferred' AND send_after <= %s
             ORDER BY send_after, id LIMIT %s FOR UPDATE SKIP LOCKED
-        ) AND status = 'deferred'
+        ) AND {_DEFERRAL_OVER}
         RETURNING id
         """,
         [now, limit],

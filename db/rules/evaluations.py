@@ -34,6 +34,7 @@ import msgspec
 from db.events.facts import BatchLoader, load_facts_of_subjects
 from db.platform.tenancy import TenantTx
 from db.rules.definitions import CandidateKey, candidate_indexes_of
+from domain.events.states import EVENT, EventStatus
 from domain.rules.conditions import WantedFacts
 from domain.rules.evaluation import Evaluated, Evaluation, EventFacts, evaluation
 
@@ -50,10 +51,10 @@ MAX_EVENT_ERROR_CHARS = 500  # characters of an evaluation's error kept on the e
 
 # Events whose own evaluation raised: failed at once with the error (another attempt would
 # raise again), beside the batch's evaluated ones.
-_FAILED = """
+_FAILED = f"""
 UPDATE events e SET status = 'failed', lease_until = NULL, last_error = t.error
 FROM unnest(%s::bigint[], %s::text[]) AS t(id, error)
-WHERE e.id = t.id AND e.status = 'processing'
+WHERE e.id = t.id AND {EVENT.where(to=EventStatus.FAILED, from_=[EventStatus.PROCESSING], alias="e")}
 """
 
 
@@ -101,12 +102,12 @@ RETURNING id, event_id
 # single JSON document of the batch, unpacked with json_to_recordset, cost four times as
 # much in PostgreSQL (the whole document parsed, then each trace copied out of it).
 _TRACE_SEPARATOR = b"\x1e"
-_DONE = """
+_DONE = f"""
 UPDATE events e SET status = 'evaluated', evaluated_at = clock_timestamp(), lease_until = NULL,
        last_error = NULL, trace = t.trace::json
 FROM unnest(string_to_array(%(ids)s::text, ','),
             string_to_array(%(traces)s::text, chr(30))) AS t(id, trace)
-WHERE e.id = t.id::bigint
+WHERE e.id = t.id::bigint AND {EVENT.where(to=EventStatus.EVALUATED, alias="e")}
 """
 
 

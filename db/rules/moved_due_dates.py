@@ -24,6 +24,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from domain.delivery.states import DELIVERY, NOT_SENT, Status
+from domain.notices.claims import CLAIM, ClaimStatus
+
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
@@ -87,28 +90,29 @@ ORDER BY l.id
 FOR UPDATE OF l
 """
 
-_CANCEL_DELIVERIES = """
-UPDATE {s}.notification_deliveries d
+# (f-strings: the guards come from the domain's machines; {{s}} is left for _sql.)
+_CANCEL_DELIVERIES = f"""
+UPDATE {{s}}.notification_deliveries d
 SET status = 'cancelled', status_reason = m.reason, updated_at = now()
-FROM {s}.notifications n, unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
+FROM {{s}}.notifications n, unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
 WHERE n.ledger_id = m.id AND d.notification_id = n.id
-  AND d.status IN ('pending', 'deferred', 'batched')
+  AND {DELIVERY.where(to=Status.CANCELLED, from_=NOT_SENT, alias="d")}
 """
 
 # The claim itself is cancelled once none of its emails is in flight or sent; its unread
 # inbox rows are archived.
-_CANCEL_CLAIMS = """
+_CANCEL_CLAIMS = f"""
 WITH cancelled AS (
-    UPDATE {s}.notification_ledger l
+    UPDATE {{s}}.notification_ledger l
     SET status = 'cancelled', status_reason = m.reason, cancelled_at = now()
     FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
-    WHERE l.id = m.id AND l.status = 'claimed' AND l.delivered_at IS NULL
+    WHERE l.id = m.id AND {CLAIM.where(to=ClaimStatus.CANCELLED, alias="l")} AND l.delivered_at IS NULL
       AND NOT EXISTS (
-          SELECT 1 FROM {s}.notifications n JOIN {s}.notification_deliveries d ON d.notification_id = n.id
+          SELECT 1 FROM {{s}}.notifications n JOIN {{s}}.notification_deliveries d ON d.notification_id = n.id
           WHERE n.ledger_id = l.id AND d.status <> 'cancelled')
     RETURNING l.id
 ), archived AS (
-    UPDATE {s}.notifications n SET archived_at = now()
+    UPDATE {{s}}.notifications n SET archived_at = now()
     FROM cancelled c
     WHERE n.ledger_id = c.id AND n.read_at IS NULL AND n.archived_at IS NULL
 )

@@ -2,14 +2,16 @@
 and when a retry is due.
 
 A delivery is one message to one recipient on one channel. Its status moves only along
-the transitions below; every move the database makes is one of them (the SQL in
-db/delivery/deliveries.py guards each UPDATE with the statuses it may leave).
+the transitions below (DELIVERY): every UPDATE of the status in db/ takes its guard from
+DELIVERY.where, and PostgreSQL refuses any other move.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 from enum import StrEnum
+
+from domain.state_machine import StateMachine
 
 MAX_ATTEMPTS = 8  # provider calls per delivery before it ends failed
 BASE_DELAY = timedelta(minutes=6)  # ceiling of the first retry delay; doubles each attempt
@@ -36,7 +38,10 @@ TERMINAL = frozenset({Status.BOUNCED, Status.COMPLAINED, Status.FAILED, Status.C
 # message we have not yet recorded as accepted, so they may follow sending and unknown too.
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.SENDING, Status.DEFERRED, Status.BATCHED, Status.CANCELLED}),
-    Status.DEFERRED: frozenset({Status.SENDING, Status.PENDING, Status.BATCHED, Status.CANCELLED}),
+    # Deferred again: quiet hours still hold it when it falls due (the recipient moved them).
+    Status.DEFERRED: frozenset({
+        Status.SENDING, Status.PENDING, Status.DEFERRED, Status.BATCHED, Status.CANCELLED,
+    }),
     Status.BATCHED: frozenset({Status.DELIVERED, Status.CANCELLED}),
     Status.SENDING: frozenset({
         Status.ACCEPTED, Status.PENDING, Status.DEFERRED, Status.BATCHED, Status.FAILED,
@@ -56,10 +61,15 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.CANCELLED: frozenset(),
 }
 
+DELIVERY = StateMachine.of("delivery", TRANSITIONS)
+
 
 # Due and waiting for a worker: the only statuses a worker claims, and the only ones a
 # delivery can be cancelled, deferred or batched from without a claim of its own.
 WAITING = frozenset({Status.PENDING, Status.DEFERRED})
+
+# Nothing sent yet, nor claimed: what a deactivation, a renewal or a moved due date cancels.
+NOT_SENT = WAITING | {Status.BATCHED}
 
 # Statuses in which the provider may hold our message, so a provider event may move them.
 PROVIDER_MAY_HOLD = frozenset({Status.SENDING, Status.UNKNOWN, Status.ACCEPTED, Status.DELIVERED})
@@ -74,29 +84,13 @@ PROVIDER_EVENT_TARGETS: dict[str, Status] = {
 }
 
 
-def can_move(current: Status, target: Status) -> bool:
-    return target in TRANSITIONS[current]
-
-
-def sources_of(target: Status, among: frozenset[Status] | None = None) -> frozenset[Status]:
-    """The statuses a move to ``target`` may start from (the guard of its UPDATE),
-    optionally only ``among`` those."""
-    found = frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
-    return found if among is None else found & among
-
-
-def guard(target: Status, among: frozenset[Status] | None = None) -> list[str]:
-    """``sources_of`` as the list of strings an SQL guard (``status = ANY(%s)``) takes."""
-    return sorted(s.value for s in sources_of(target, among))
-
-
 def provider_event_move(event_type: str) -> tuple[Status, frozenset[Status]] | None:
     """(target, statuses it may move from) for a provider event, or None when the event
     moves nothing (a delivery delay, an event type we do not know)."""
     target = PROVIDER_EVENT_TARGETS.get(event_type)
     if target is None:
         return None
-    return target, sources_of(target, PROVIDER_MAY_HOLD)
+    return target, frozenset(Status(s) for s in DELIVERY.sources(target) & PROVIDER_MAY_HOLD)
 
 
 class ErrorClass(StrEnum):
@@ -146,12 +140,6 @@ def retry_delay(attempt: int, jitter: float) -> timedelta:
         raise ValueError("jitter must be in [0, 1)")
     ceiling = min(BASE_DELAY * (1 << min(attempt - 1, 20)), MAX_DELAY)
     return ceiling / 2 + (ceiling / 2) * jitter
-
-
-def retry_schedule_bounds() -> tuple[timedelta, timedelta]:
-    """Shortest and longest total wait from the first attempt to the last one."""
-    steps = [min(BASE_DELAY * (1 << (n - 1)), MAX_DELAY) for n in range(1, MAX_ATTEMPTS)]
-    return sum(steps, timedelta()) / 2, sum(steps, timedelta())
 
 
 def should_retry(error_class: ErrorClass, attempts: int) -> bool:

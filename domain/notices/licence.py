@@ -5,6 +5,9 @@ client's ``access_expires_on``. A milestone is *due* while the client's local to
 inside its window, so a missed scan heals on the next one; once a later window has begun
 the earlier milestone is *skipped* (recorded, never sent late). Windows are whole days,
 which is why a daylight-saving change can never make one fire twice.
+
+A client's licence status moves along LICENCE: the scan expires and closes it, a renewal
+makes it active again.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from enum import StrEnum
 
 from domain.errors import TocsinError
 from domain.people.identity import Plan
+from domain.state_machine import StateMachine
 
 RULE = "licence"  # the ledger's rule name for every milestone of this cadence
 RENEWED = "renewed"  # the ledger threshold of the renewal notice; its due_on is the new expiry
@@ -58,7 +62,23 @@ CADENCE: tuple[Milestone, ...] = (
     Milestone("grace7", 7, Stage.GRACE),
     Milestone("closed", GRACE_DAYS, Stage.CLOSE),
 )
-THRESHOLDS = tuple(m.threshold for m in CADENCE)
+
+
+class LicenceStatus(StrEnum):
+    """A client's licence (clients.status)."""
+
+    ACTIVE = "active"
+    EXPIRED = "expired"  # past its expiry date, within the grace days
+    CLOSED = "closed"  # past the grace days: data kept, an administrator may reactivate it
+
+
+# The scan expires and closes; a renewal makes any licence active (an active one stays
+# active with a later date; a closed one is reactivated).
+LICENCE = StateMachine.of("licence", {
+    LicenceStatus.ACTIVE: {LicenceStatus.ACTIVE, LicenceStatus.EXPIRED},
+    LicenceStatus.EXPIRED: {LicenceStatus.ACTIVE, LicenceStatus.CLOSED},
+    LicenceStatus.CLOSED: {LicenceStatus.ACTIVE},
+})
 
 # A client user may renew their own licence from this reminder's window on (or once it has
 # expired). Before it, "renew" would only buy a second year while the first still runs; the

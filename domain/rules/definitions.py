@@ -40,7 +40,6 @@ from domain.rules.obligation_dates import (
 )
 
 KINDS = ("created", "updated", "time")
-EVENT_KINDS = ("created", "updated")
 CHANNELS = ("email", "in_app")
 CATEGORIES = ("case_alert", "case_update")  # of event rules
 TIME_CATEGORIES = ("obligation_due", "case_alert", "case_update")

@@ -5,20 +5,18 @@ from datetime import timedelta
 import pytest
 
 from domain.delivery.states import (
+    DELIVERY,
     MAX_ATTEMPTS,
     MAX_DELAY,
     TERMINAL,
     TRANSITIONS,
     ErrorClass,
     Status,
-    can_move,
     classify_provider_error,
     email_message_id,
     email_text,
     retry_delay,
-    retry_schedule_bounds,
     should_retry,
-    sources_of,
 )
 
 S = Status
@@ -28,6 +26,7 @@ MOVES = [
     (S.PENDING, S.SENDING, True),  # a worker claims it
     (S.DEFERRED, S.SENDING, True),  # quiet hours ended
     (S.PENDING, S.DEFERRED, True),  # quiet hours began before the send
+    (S.DEFERRED, S.DEFERRED, True),  # still in quiet hours when due (they moved): held again
     (S.PENDING, S.BATCHED, True),  # the recipient switched to a digest
     (S.SENDING, S.ACCEPTED, True),
     (S.SENDING, S.PENDING, True),  # transient error: retry later
@@ -54,15 +53,15 @@ MOVES = [
 
 @pytest.mark.parametrize(("current", "target", "allowed"), MOVES)
 def test_state_machine_moves(current: Status, target: Status, allowed: bool) -> None:
-    assert can_move(current, target) is allowed
+    assert DELIVERY.allows(current, target) is allowed
 
 
 def test_every_status_has_a_row_and_terminal_ones_only_lead_nowhere_new() -> None:
     assert set(TRANSITIONS) == set(Status)
     for status in TERMINAL - {S.FAILED}:
         assert TRANSITIONS[status] == frozenset()
-    assert sources_of(S.SENDING) == {S.PENDING, S.DEFERRED}
-    assert S.ACCEPTED not in sources_of(S.PENDING)
+    assert DELIVERY.sources(S.SENDING) == {S.PENDING, S.DEFERRED}
+    assert S.ACCEPTED not in DELIVERY.sources(S.PENDING)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +111,9 @@ def test_retry_delay_refuses_nonsense(attempt: int, jitter: float) -> None:
 
 
 def test_the_whole_schedule_spans_about_six_hours() -> None:
-    shortest, longest = retry_schedule_bounds()
+    waits = range(1, MAX_ATTEMPTS)  # the delays between the attempts of one delivery
+    shortest = sum((retry_delay(n, 0.0) for n in waits), timedelta())
+    longest = sum((retry_delay(n, 0.999999) for n in waits), timedelta())
     assert timedelta(hours=3) < shortest < timedelta(hours=6) < longest < timedelta(hours=8)
     assert shortest + (longest - shortest) / 2 == pytest.approx(timedelta(hours=5, minutes=20),
                                                               abs=timedelta(minutes=10))

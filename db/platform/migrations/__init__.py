@@ -14,9 +14,22 @@ import psycopg
 from psycopg import sql
 
 from db.platform.pool import connection
-from domain.delivery.states import TRANSITIONS
+from domain.delivery.states import DELIVERY
+from domain.events.states import EVENT
+from domain.notices.claims import CLAIM
+from domain.notices.licence import LICENCE
+from domain.state_machine import StateMachine
 
 MIGRATION_LOCK = 7_160_001  # advisory lock key held while migrating
+
+# Each tenant table's status column and the domain machine its trigger (tenant migration
+# 0017) checks every change against, by the machine's name.
+STATUS_MACHINES: dict[str, StateMachine] = {
+    "notification_deliveries": DELIVERY,
+    "notification_ledger": CLAIM,
+    "events": EVENT,
+    "clients": LICENCE,
+}
 
 
 @dataclass(frozen=True)
@@ -94,22 +107,22 @@ def ensure_control_schema(conn: psycopg.Connection[tuple[object, ...]]) -> list[
                 [migration.version],
             )
             applied.append(migration.version)
-    sync_delivery_moves(conn)
+    sync_state_moves(conn)
     return applied
 
 
-def sync_delivery_moves(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-    """Write domain/delivery/states.py's transitions into control.delivery_moves, which the
-    tenant trigger checks every status change against. Only when they differ, so that a
+def sync_state_moves(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Write the moves of the domain's status machines into control.state_moves, which the
+    tenant triggers check every status change against. Only when they differ, so that a
     steady state costs one read."""
-    wanted = {(a.value, b.value) for a, targets in TRANSITIONS.items() for b in targets}
-    rows = conn.execute("SELECT from_status, to_status FROM control.delivery_moves").fetchall()
-    if {(str(r[0]), str(r[1])) for r in rows} == wanted:
+    wanted = {(m.name, a, b) for m in STATUS_MACHINES.values() for a, b in m.moves}
+    rows = conn.execute("SELECT machine, from_status, to_status FROM control.state_moves").fetchall()
+    if {(str(r[0]), str(r[1]), str(r[2])) for r in rows} == wanted:
         return
-    conn.execute("DELETE FROM control.delivery_moves")
+    conn.execute("DELETE FROM control.state_moves")
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO control.delivery_moves (from_status, to_status) VALUES (%s, %s)",
+            "INSERT INTO control.state_moves (machine, from_status, to_status) VALUES (%s, %s, %s)",
             sorted(wanted),
         )
 
