@@ -14,7 +14,7 @@ import pytest
 from db.delivery.provider_events import ProviderEvent, apply_event
 from db.platform.pool import connection
 from db.platform.tenancy import Tenant, tenant_tx
-from domain.delivery.states import TRANSITIONS, Status, can_move, provider_event_move
+from domain.delivery.states import DELIVERY, TRANSITIONS, Status, provider_event_move
 from tests.integration.builders import add_admin, add_client
 from tocsin.core.clock import utcnow
 
@@ -40,7 +40,8 @@ def _one_delivery(tenant: Tenant, status: str) -> int:
 
 def test_the_database_knows_exactly_the_moves_of_the_domain_state_machine() -> None:
     with connection() as conn:
-        rows = conn.execute("SELECT from_status, to_status FROM control.delivery_moves").fetchall()
+        rows = conn.execute("SELECT from_status, to_status FROM control.state_moves "
+                            "WHERE machine = 'delivery'").fetchall()
     in_database = {(str(a), str(b)) for a, b in rows}
     in_domain = {(a.value, b.value) for a, targets in TRANSITIONS.items() for b in targets}
     assert in_database == in_domain
@@ -65,7 +66,7 @@ def test_every_tenant_schema_checks_delivery_moves_with_the_trigger(tenant: Tena
 def test_a_move_the_domain_forbids_is_refused_by_the_database(
     tenant: Tenant, source: Status, target: Status
 ) -> None:
-    assert not can_move(source, target)
+    assert not DELIVERY.allows(source, target)
     delivery_id = _one_delivery(tenant, source.value)
     with pytest.raises(psycopg.errors.CheckViolation, match=f"from {source} to {target}"), \
             tenant_tx(tenant.slug) as tx:
@@ -93,7 +94,7 @@ def test_a_provider_event_moves_a_delivery_exactly_when_the_domain_allows_it(
         after = apply_event(tx, ProviderEvent(delivery_id, event_type, f"ses-{delivery_id}",
                                               utcnow(), permanent_bounce=False, detail=None))
     if source in sources:
-        assert can_move(source, target)
+        assert DELIVERY.allows(source, target)
         assert after == target.value
     else:
         assert after == source.value
