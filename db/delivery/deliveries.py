@@ -104,13 +104,6 @@ class ClaimedEmail:
     digest_id: int | None = None
 
 
-def lock_due_delivery(tx: TenantTx, delivery_id: int) -> DueDelivery | None:
-    """Lock a due pending or deferred delivery for this transaction, or None when it is
-    not ours to send (sent, being sent, cancelled, not yet due)."""
-    due = lock_due_deliveries(tx, [delivery_id])
-    return due[0] if due else None
-
-
 def lock_due_deliveries(tx: TenantTx, delivery_ids: list[int]) -> list[DueDelivery]:
     """Lock those of these deliveries that are due, pending or deferred, in id order (the
     order every claim locks in, so two claims of overlapping ids cannot deadlock); the
@@ -153,11 +146,6 @@ def settle_unsent(
         """,
         {"id": delivery_id, "status": status, "reason": reason[:500], "send_after": send_after},
     )
-
-
-def start_attempt(tx: TenantTx, delivery_id: int, lease_seconds: int, portal_url: str = "") -> ClaimedEmail:
-    """``start_attempts`` for one delivery."""
-    return start_attempts(tx, [delivery_id], lease_seconds, portal_url)[0]
 
 
 def start_attempts(
@@ -219,24 +207,15 @@ class Settled:
     reason: str
 
 
-def claim_delivery(
-    tx: TenantTx, delivery_id: int, lease_seconds: int, now: datetime | None = None,
-    portal_url: str = "",
-) -> ClaimedEmail | Settled | None:
-    """Lock, re-check and claim in one transaction: the claim to send with; or, when the
-    delivery must not go now, what became of it (cancelled with the reason, deferred to
-    the end of quiet hours, batched for a digest); or None when it is not ours.
-    Commit before calling the provider."""
-    results = claim_deliveries(tx, [delivery_id], lease_seconds, now, portal_url)
-    return results[0] if results else None
-
-
 def claim_deliveries(
     tx: TenantTx, delivery_ids: list[int], lease_seconds: int, now: datetime | None = None,
     portal_url: str = "",
 ) -> list[ClaimedEmail | Settled]:
-    """``claim_delivery`` for several deliveries of the tenant, set-based (a handful of
-    statements whatever their number); those not ours are left out."""
+    """Lock, re-check and claim these deliveries of the tenant in one transaction,
+    set-based (a handful of statements whatever their number): for each, the claim to send
+    with; or, when it must not go now, what became of it (cancelled with the reason,
+    deferred to the end of quiet hours, batched for a digest). Those not ours (sent, being
+    sent, cancelled, not yet due) are left out. Commit before calling the provider."""
     due = lock_due_deliveries(tx, delivery_ids)
     # The recipient's preference as it is now: an opt-out, new quiet hours or a switch to
     # digests made after the claim is honoured here. The locked rows already name the

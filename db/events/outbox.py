@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from psycopg.rows import tuple_row
 
 from db.events.subjects import Cursor, json_rows, schema_sql, update_register
-from db.platform.tenancy import Connection, TenantTx
+from db.platform.tenancy import TenantTx
 from domain.events.intake import EventIn
 
 SOURCES = ("api", "host", "demo", "cli")
@@ -77,13 +76,3 @@ def record_events(tx: TenantTx, events: Sequence[EventIn], source: str,
     tx.events_recorded.extend(r.event_id for r in recorded)
     return recorded
 
-
-def event_row(conn: Connection, schema: str, event_id: int) -> dict[str, Any] | None:
-    """One event as stored (for the CLI and the tests)."""
-    with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(schema_sql(schema, "SELECT id, product, subject_id, event_type, trigger_type, changes, "
-                                       "metadata, occurred_at, source, status FROM {s}.events WHERE id = %s"),
-                    [event_id])
-        row = cur.fetchone()
-        names = [d.name for d in cur.description or []]
-    return None if row is None else dict(zip(names, row, strict=True))

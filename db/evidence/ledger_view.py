@@ -1,19 +1,22 @@
 """The evidence an inspector reads: the notification ledger filtered and paged, every
-delivery attempt behind a claim, the CSV export (streamed from a server-side cursor, never
-built in memory), claims stuck without a delivery, and deliveries that need a person.
+delivery attempt behind a claim, why a rule claim fired (its event's stored trace), the CSV
+export (streamed from a server-side cursor, never built in memory), claims stuck without a
+delivery, and deliveries that need a person.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import date, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from psycopg.rows import class_row
 
 from db.delivery.recovery import HELD_REASON
 from db.platform.tenancy import TenantTx
+from db.rules.evaluations import stored_traces
 from domain.csv_export import csv_rows
 from domain.errors import InvalidInput
 
@@ -172,6 +175,23 @@ def iter_ledger(
 def csv_lines(rows: Iterable[LedgerRow]) -> Iterator[str]:
     """The ledger's header, then one CSV line per row (domain/csv_export.py: safe cells)."""
     return csv_rows(LEDGER_FIELDS, ((getattr(row, name) for name in LEDGER_FIELDS) for row in rows))
+
+
+def why_fired(tx: TenantTx, rows: Sequence[LedgerRow]) -> dict[int, dict[str, Any]]:
+    """For each claim of an event rule among ``rows``, by ledger id, its rule's entry in the
+    event's stored trace: each condition and filter with the value the evaluation saw and
+    whether it held. Read in one query (two when a trace names a shared part)."""
+    claims = {r.id: (r.event_id, int(r.rule.removeprefix("rule:"))) for r in rows
+              if r.event_id is not None and r.rule.startswith("rule:")}
+    if not claims:
+        return {}
+    traces = stored_traces(tx, sorted({event_id for event_id, _ in claims.values()}))
+    found = {}
+    for ledger_id, (event_id, rule_id) in claims.items():
+        entry = next((e for e in traces.get(event_id, []) if e.get("rule_id") == rule_id), None)
+        if entry is not None:
+            found[ledger_id] = entry
+    return found
 
 
 @dataclass(frozen=True)

@@ -159,26 +159,6 @@ def email_send_checks(
     return checks
 
 
-def delivery_send_check(tx: TenantTx, delivery_id: int, now: datetime) -> SendCheck | None:
-    """email_send_check for one email delivery, looked up by id: None if there is no such
-    delivery. A digest's own email is always SEND: its instant was already placed after
-    quiet hours and its items were re-checked when it was built."""
-    row = tx.conn.execute(
-        """
-        SELECT n.recipient_user_id, n.category, d.digest_id,
-               coalesce(n.data->>'critical' = 'true', false)
-        FROM notification_deliveries d LEFT JOIN notifications n ON n.id = d.notification_id
-        WHERE d.id = %s AND d.channel = 'email'
-        """,
-        [delivery_id],
-    ).fetchone()
-    if row is None:
-        return None
-    if row[2] is not None:
-        return SendCheck.send()
-    return email_send_check(tx, int(str(row[0])), str(row[1]), now, critical=bool(row[3]))
-
-
 # The guard of each move a send check makes, from the domain's DELIVERY machine: a waiting
 # delivery, or a sending one this claim holds (its token).
 _SEND_CHECK_MOVES = {
@@ -290,13 +270,6 @@ def set_channel(tx: TenantTx, user_id: int, category: str, channel: Channel, on:
         on if channel is Channel.EMAIL else current.email,
         current.frequency,
     )
-    _save_user_preference(tx, user_id, category, updated)
-    return updated
-
-
-def set_frequency(tx: TenantTx, user_id: int, category: str, frequency: Frequency) -> Preference:
-    current = _unlocked(tx, user_id, category).preference
-    updated = Preference(current.in_app, current.email, frequency)
     _save_user_preference(tx, user_id, category, updated)
     return updated
 

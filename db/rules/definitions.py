@@ -283,18 +283,6 @@ _INDEX_CACHE_SIZE = 4_000
 _indexes: OrderedDict[tuple[int, tuple[int, ...], tuple[int, ...]], TriggerIndex] = OrderedDict()
 
 
-def candidate_rules(tx: TenantTx, product: str, event_type: str,
-                    trigger_type: str | None) -> list[Candidate]:
-    """Phase 1: the enabled rules of the product and event kind that answer the trigger
-    type (updates), chosen in SQL."""
-    return candidate_rules_of(tx, [(product, event_type, trigger_type)])[(product, event_type, trigger_type)]
-
-
-def candidate_rules_of(tx: TenantTx, keys: list[CandidateKey]) -> dict[CandidateKey, list[Candidate]]:
-    """Phase 1 for every (product, event type, trigger type) of a batch, in one statement."""
-    return {k: list(index.candidates) for k, index in candidate_indexes_of(tx, keys).items()}
-
-
 def candidate_indexes_of(tx: TenantTx, keys: list[CandidateKey],
                          revision: str | None = None) -> dict[CandidateKey, TriggerIndex]:
     """Phase 1 for every (product, event type, trigger type) of a batch, in one statement,

@@ -14,7 +14,7 @@ One tenant transaction per batch (actors/relay.py ``evaluate_batch``):
 4. the events marked evaluated with the trace an admin reads later (which rule stopped in
    which phase, each condition with the value seen); the phase-2 part of a trace, shared by
    every event with the same phase-2 answer, is stored once in trace_parts and named by its
-   digest (``stored_trace`` splices it back in).
+   digest (``stored_traces`` splices it back in; the ledger page shows a claim's part).
 One event whose evaluation raises (a value a host wrote straight into the tables that no
 rule can read) fails alone, in the same transaction: it is marked failed with the error and
 claims nothing, and the rest of the batch is evaluated and committed. Its batch is never
@@ -265,11 +265,6 @@ def stored_traces(tx: TenantTx, event_ids: list[int]) -> dict[int, list[dict[str
     stored = tx.conn.execute(_PARTS_OF, [names]).fetchall() if names else []
     parts = {bytes(d): p for d, p in stored}  # type: ignore[call-overload]
     return {i: expand_trace(t, parts) for i, t in traces.items()}  # type: ignore[arg-type]
-
-
-def stored_trace(tx: TenantTx, event_id: int) -> list[dict[str, Any]] | None:
-    """``stored_traces`` of one event; None when it has not been evaluated."""
-    return stored_traces(tx, [event_id]).get(event_id)
 
 
 def evaluate_claimed(tx: TenantTx, event_ids: list[int],

@@ -149,11 +149,6 @@ def milestone_outcomes(
     )
 
 
-def current_milestone(expires_on: date, plan: Plan, today: date) -> Milestone | None:
-    due = [m for m, outcome in milestone_outcomes(expires_on, plan, today) if outcome is Outcome.DUE]
-    return due[0] if due else None
-
-
 @dataclass(frozen=True)
 class WindowRow:
     """A window in the flat form the set-based claim query takes as parameters."""

@@ -318,11 +318,6 @@ def validate(tree: object, path: str = "conditions") -> list[PathError]:
     return errors
 
 
-def referenced_facts(tree: object) -> frozenset[str]:
-    """Every fact name a (valid) tree mentions, whatever its operator."""
-    return frozenset(leaf["fact"] for leaf in _leaves(tree))
-
-
 def facts_to_load(tree: object) -> WantedFacts:
     """The stored facts a tree needs: its facts of the three stored families, except those
     only looked at through the event's changes (changed, changed_to, changed_from)."""

@@ -11,17 +11,13 @@ evaluate them. A phase that needs no stored fact does not call the loader at all
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
 
 from domain.rules.conditions import CompiledTree, Facts, LeafTrace, WantedFacts, stored_leaf
 from domain.rules.definitions import RuleDefinition
-
-# Given the stored facts wanted (by family), their values by fact name; a fact the subject
-# does not have is absent from the answer.
-FactLoader = Callable[[WantedFacts], Mapping[str, object]]
 
 
 class Phase(IntEnum):
@@ -227,15 +223,6 @@ class Evaluated:
     outcomes: list[RuleOutcome]
     unmatched: dict[str, list[TriggerGroup]]
 
-    def all_outcomes(self, candidates: Sequence[Candidate], event: EventFacts) -> list[RuleOutcome]:
-        """One outcome per candidate, in their order (phase 2's with the full reason)."""
-        by_id = {o.rule_id: o for o in self.outcomes}
-        for groups in self.unmatched.values():
-            by_id.update({c.id: RuleOutcome(c.id, c.version, False, Phase.METADATA,
-                                            str(metadata_mismatch(c.definition, event)))
-                          for group in groups for c in group.members})
-        return [by_id[c.id] for c in candidates]
-
     def trace(self) -> list[dict[str, Any]]:
         """The trace stored on the event: each rule that reached phase 3 (RuleOutcome
         .stored_json: every condition with the value seen), and for the rules phase 2
@@ -262,23 +249,9 @@ _METADATA = int(Phase.METADATA)
 
 # One event's evaluation as a generator: it yields the stored facts it wants (phase 3, then
 # phase 4; an empty WantedFacts when it wants nothing more), is sent their values, and
-# returns the result. Whoever drives it decides how to load: one event at a time
-# (evaluate_event) or the wants of a whole batch in one query per family (db/rules/evaluations.py).
+# returns the result. Whoever drives it decides how to load: the wants of a whole batch in
+# one query per family (db/rules/evaluations.py).
 Evaluation = Generator[WantedFacts, Mapping[str, object], Evaluated]
-
-
-def evaluate_event(candidates: Sequence[Candidate], event: EventFacts,
-                   load: FactLoader) -> list[RuleOutcome]:
-    """Phases 2-4 for every candidate; one outcome per candidate, in their order. The
-    loader is called once per phase that wants a stored fact not asked for yet."""
-    run = evaluation(TriggerIndex(candidates), event)
-    wanted = next(run)
-    while True:
-        try:
-            wanted = run.send(load(wanted) if wanted else {})
-        except StopIteration as done:
-            result: Evaluated = done.value
-            return result.all_outcomes(candidates, event)
 
 
 def evaluation(index: TriggerIndex, event: EventFacts) -> Evaluation:

@@ -27,6 +27,7 @@ from db.evidence.ledger_view import (
     ledger_page,
     stuck_claims,
     troubled_deliveries,
+    why_fired,
 )
 from db.platform.runs import last_runs
 from db.platform.tenancy import tenant_tx
@@ -103,6 +104,7 @@ def ledger(
     with tenant_tx(viewer.tenant.slug) as tx:
         rows, more = ledger_page(tx, filters, after)
         attempts = attempts_for(tx, [r.id for r in rows])
+        why = why_fired(tx, rows)
         unread = unread_count(tx, viewer.user.id)
         rules = list_rules(tx)
     form = _form(filters)
@@ -110,8 +112,8 @@ def ledger(
     return Template(
         "ledger.html",
         context={"viewer": viewer, "unread": unread, "section": "evidence", "rows": rows,
-                 "attempts": attempts, "more": more, "form": form, "query": query, "paged": after is not None,
-                 "statuses": STATUS_LABELS, "rules": rules},
+                 "attempts": attempts, "why": why, "more": more, "form": form, "query": query,
+                 "paged": after is not None, "statuses": STATUS_LABELS, "rules": rules},
     )
 
 

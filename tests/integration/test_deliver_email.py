@@ -10,7 +10,7 @@ import pytest
 
 from actors.email import deliver_email
 from actors.scan import run_scan
-from db.delivery.deliveries import Answer, ClaimedEmail, claim_delivery, record_step
+from db.delivery.deliveries import Answer, ClaimedEmail, claim_deliveries, record_step
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.delivery.states import ErrorClass
 from tests.integration.builders import add_client, ledger, scalar
@@ -100,13 +100,13 @@ def test_a_stale_workers_late_answer_is_recorded_on_its_own_attempt_and_leaves_t
 ) -> None:
     delivery_id = _one_pending_delivery(tenant)
     with tenant_tx(tenant.slug) as tx:
-        stale = claim_delivery(tx, delivery_id, lease_seconds=60)
+        stale = claim_deliveries(tx, [delivery_id], lease_seconds=60)[0]
     assert isinstance(stale, ClaimedEmail)
     # The lease is taken over (as the sweeper will do once it has expired).
     with tenant_tx(tenant.slug) as tx:
         tx.conn.execute("UPDATE notification_deliveries SET status = 'pending' WHERE id = %s",
                         [delivery_id])
-        fresh = claim_delivery(tx, delivery_id, lease_seconds=60)
+        fresh = claim_deliveries(tx, [delivery_id], lease_seconds=60)[0]
     assert isinstance(fresh, ClaimedEmail) and fresh.claim_token != stale.claim_token
     with tenant_tx(tenant.slug) as tx:
         late = record_step(tx, Answer(stale, "stale-provider-id", None), None)

@@ -10,9 +10,9 @@ from actors.digest import run_digests
 from actors.email import deliver_email
 from db.delivery.digests import build_due_digests, digest_email, mark_digest_items_delivered
 from db.notices.licence_scan import claim_due_milestones
-from db.people.preferences import save_schedule, set_channel, set_frequency
+from db.people.preferences import save_schedule, save_user_preference, set_channel
 from db.platform.tenancy import Tenant, tenant_tx
-from domain.delivery.preferences import Channel, Frequency
+from domain.delivery.preferences import Channel, Frequency, Preference
 from tests.integration.builders import add_admin, add_client, run_concurrently, scalar
 from tests.integration.conftest import SesOutbox
 
@@ -22,7 +22,7 @@ LICENCE = "license_expiring"
 def _digest_reader(tenant: Tenant, zone: str, frequency: Frequency, weekly_day: int = 1) -> int:
     admin = add_admin(tenant, f"reader-{uuid.uuid4().hex[:6]}@example.com")
     with tenant_tx(tenant.slug) as tx:
-        set_frequency(tx, admin.id, LICENCE, frequency)
+        save_user_preference(tx, admin.id, LICENCE, Preference(True, True, frequency))
         save_schedule(tx, admin.id, quiet=None, digest_time=time(8), weekly_day=weekly_day, zone=zone)
     return admin.id
 

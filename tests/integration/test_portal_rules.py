@@ -11,12 +11,16 @@ from datetime import timedelta
 from html import unescape
 from typing import Any
 
+import psycopg
 import pytest
 
+from db.events.relay import claim_events
 from db.people.users import User, create_user
 from db.platform.tenancy import Tenant, tenant_tx
 from db.rules.definitions import create_rule, export_rules, get_rule, list_rules, rule_versions
+from db.rules.evaluations import evaluate_claimed
 from domain.people.identity import Role
+from tests.integration.intake_support import case_event
 from tests.integration.portal_support import (
     HTMX,
     PASSWORD,
@@ -27,6 +31,8 @@ from tests.integration.portal_support import (
 )
 from tests.integration.rule_builders import add_product, add_subject, rule_json
 from tests.integration.test_cli import run
+from tocsin.core import runtime
+from tocsin.shell.outbox import record_event
 
 ADMIN = "admin@rules.example"
 MEMBER = "member@rules.example"
@@ -187,6 +193,24 @@ def test_the_ledger_links_the_version_that_fired_to_the_history(
     assert f'href="/rules/{rule_id}/history#v1">version 1</a>' in ledger
     listed = text_of(portal.get("/rules?product=fraud").text)
     assert "1 / 1" in listed and "Never" not in listed  # claims in 30 days / all, last fired
+
+
+def test_the_ledger_shows_why_a_rule_claim_fired_with_the_values_its_evaluation_saw(
+        tenant: Tenant, portal: PortalClient) -> None:
+    """The trace the evaluation stored on the event (db/rules/evaluations.py) is what the
+    ledger shows under a rule's claim: each condition, the value seen, and that it held."""
+    add_product(tenant)
+    people(tenant)
+    saved_rule(tenant)
+    with psycopg.connect(runtime.settings().database_url) as conn:
+        record_event(conn, tenant.slug, case_event("C-7", fields={"amount": 2_500_000}))
+    with tenant_tx(tenant.slug) as tx:
+        batch = claim_events(tx, limit=10, lease_seconds=60, max_attempts=5)
+        assert evaluate_claimed(tx, batch.event_ids).claims == 1
+    signed_in_as(portal, tenant, ADMIN)
+    ledger = text_of(portal.get("/ledger").text)
+    assert "Why it fired: each condition with the value the evaluation saw" in ledger
+    assert "conditions.all[0] saw 2500000 · held" in ledger
 
 
 def test_enable_disable_and_duplicate_from_the_list(tenant: Tenant, portal: PortalClient) -> None:

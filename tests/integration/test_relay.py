@@ -16,7 +16,7 @@ from actors.relay import breaker, relay_tenant, relay_tick
 from db.events.relay import claim_events, tenants_with_ready_events
 from db.platform.tenancy import Tenant, tenant_tx
 from db.rules.definitions import create_rule
-from db.rules.evaluations import evaluate_claimed, stored_trace, stored_traces
+from db.rules.evaluations import evaluate_claimed, stored_traces
 from tests.integration.conftest import RunningWorker, use_settings, wait_until
 from tests.integration.intake_support import case_event, fraud_desk
 from tests.integration.test_cli import run
@@ -137,7 +137,7 @@ def test_a_stored_trace_names_its_shared_phase_two_part_which_is_stored_once(ten
         named = tx.conn.execute(
             "SELECT count(*) FROM events WHERE trace::text LIKE '%%trace_part%%'").fetchone()
         traces = stored_traces(tx, events)
-        assert stored_trace(tx, 10**9) is None
+        assert stored_traces(tx, [10**9]) == {}  # no such event: no trace
     assert parts == (1,) and named == (2,)
     for event_id, fired in zip(events, (True, False), strict=True):
         phase_three, dropped = traces[event_id]
@@ -171,8 +171,8 @@ def test_a_trace_part_lost_with_an_unflushed_commit_is_stored_again(tenant: Tena
     second = evaluate("C-22")  # names the same part
     with tenant_tx(tenant.slug) as tx:
         assert tx.conn.execute("SELECT count(*) FROM trace_parts").fetchone() == (1,)
-        trace = stored_trace(tx, second)
-    assert trace is not None and trace[1]["phase"] == 2 and "rules" in trace[1]
+        trace = stored_traces(tx, [second])[second]
+    assert trace[1]["phase"] == 2 and "rules" in trace[1]
 
 
 def test_the_claim_is_by_status_and_lease_one_batch_in_flight_per_tenant(tenant: Tenant) -> None:

@@ -20,10 +20,10 @@ from db.notices.rule_notices import (
     unprepared_rule_claims,
 )
 from db.people.members import list_members
-from db.people.preferences import save_schedule, set_channel, set_frequency
+from db.people.preferences import save_schedule, save_user_preference, set_channel
 from db.people.users import authenticate, set_password
 from db.platform.tenancy import Tenant, tenant_tx
-from domain.delivery.preferences import OPTED_OUT, Channel, Frequency
+from domain.delivery.preferences import OPTED_OUT, Channel, Frequency, Preference
 from domain.delivery.quiet_hours import QuietHours
 from domain.errors import InvalidInput, NotFound
 from domain.people.identity import Role, valid_role
@@ -190,7 +190,7 @@ def test_a_digest_reader_gets_the_email_batched_for_the_digest(tenant: Tenant) -
     product = add_product(tenant)
     user = add_person(tenant, "digest@example.com")
     with tenant_tx(tenant.slug) as tx:
-        set_frequency(tx, user, "case_update", Frequency.DAILY_DIGEST)
+        save_user_preference(tx, user, "case_update", Preference(True, True, Frequency.DAILY_DIGEST))
     claim = fire(tenant, add_rule(tenant, product, "Update", recipients=ASSIGNEES, category="case_update"),
                  add_subject(tenant, product, "C-24", assignees=[user]))
 
@@ -393,8 +393,7 @@ def test_a_worker_prepares_a_claim_sent_to_its_products_queue(
 
 
 def test_send_time_honours_a_critical_rule_in_quiet_hours(tenant: Tenant) -> None:
-    from db.people.preferences import delivery_send_check
-    from domain.delivery.preferences import SendAction
+    from db.delivery.deliveries import ClaimedEmail, claim_deliveries
 
     product = add_product(tenant)
     user = add_person(tenant, "critical@example.com")
@@ -407,10 +406,10 @@ def test_send_time_honours_a_critical_rule_in_quiet_hours(tenant: Tenant) -> Non
     prepare(tenant, urgent, now=now)
     delivery = scalar(tenant, "SELECT id FROM notification_deliveries")
 
-    with tenant_tx(tenant.slug) as tx:
-        check = delivery_send_check(tx, delivery, now + timedelta(minutes=1))
+    with tenant_tx(tenant.slug) as tx:  # the claim re-checks the preference: sent, not deferred
+        [claim] = claim_deliveries(tx, [delivery], 60, now + timedelta(minutes=1))
 
-    assert check is not None and check.action is SendAction.SEND
+    assert isinstance(claim, ClaimedEmail)
 
 
 def test_claims_left_unprepared_are_found_for_the_sweeper(tenant: Tenant) -> None:

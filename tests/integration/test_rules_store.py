@@ -7,11 +7,9 @@ from typing import Any
 
 import pytest
 
-from db.platform.tenancy import Tenant, tenant_tx
+from db.platform.tenancy import Tenant, TenantTx, tenant_tx
 from db.rules.definitions import (
     candidate_indexes_of,
-    candidate_rules,
-    candidate_rules_of,
     create_rule,
     export_rules,
     get_rule,
@@ -23,6 +21,7 @@ from db.rules.definitions import (
 )
 from domain.errors import Conflict, NotFound
 from domain.rules.definitions import InvalidRule
+from domain.rules.evaluation import Candidate
 from tests.integration.rule_builders import (
     add_product,
     no_template_problems,
@@ -36,6 +35,12 @@ CHECK = no_template_problems
 def create(tenant: Tenant, data: dict[str, Any], by: str = "ana") -> int:
     with tenant_tx(tenant.slug) as tx:
         return create_rule(tx, data, by, CHECK).id
+
+
+def candidate_rules(tx: TenantTx, product: str, event_type: str, trigger_type: str | None) -> list[Candidate]:
+    """Phase 1 (candidate_indexes_of) for one (product, event type, trigger type)."""
+    key = (product, event_type, trigger_type)
+    return list(candidate_indexes_of(tx, [key])[key].candidates)
 
 
 def test_versions_record_who_and_what_changed(tenant: Tenant) -> None:
@@ -177,7 +182,7 @@ def test_phase_one_for_a_batchs_keys_in_one_statement_matches_one_key_at_a_time(
     keys = [("fraud", "updated", "assigned"), ("fraud", "created", None),
             ("fraud", "updated", "form_submitted"), ("fraud", "updated", "assigned")]
     with tenant_tx(tenant.slug) as tx:
-        together = candidate_rules_of(tx, keys)
+        together = {k: list(index.candidates) for k, index in candidate_indexes_of(tx, keys).items()}
         apart = {k: candidate_rules(tx, *k) for k in keys}
     assert list(together) == list(dict.fromkeys(keys))
     assert {k: [(c.id, c.version) for c in v] for k, v in together.items()} == {

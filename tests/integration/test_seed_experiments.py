@@ -15,7 +15,7 @@ from litestar.testing import TestClient
 from actors.email import deliver_email
 from actors.scan import run_scan
 from actors.sweep import run_sweep
-from db.delivery.deliveries import ClaimedEmail, claim_delivery
+from db.delivery.deliveries import ClaimedEmail, claim_deliveries
 from db.notices.licence_scan import claim_due_milestones
 from db.people.clients import renew_licence
 from db.platform.tenancy import Tenant, set_unknown_outcome_policy, tenant_tx
@@ -85,7 +85,7 @@ def test_3_stop_before_sending_and_recover_after_the_lease_expires(
 ) -> None:
     delivery_id = _one_claimed_reminder(tenant)
     with tenant_tx(tenant.slug) as tx:  # a worker claims it, then stops dead
-        assert isinstance(claim_delivery(tx, delivery_id, lease_seconds=300), ClaimedEmail)
+        assert isinstance(claim_deliveries(tx, [delivery_id], lease_seconds=300)[0], ClaimedEmail)
     assert run_sweep(tenant.slug).leases.retried == 0  # the lease still holds: nobody takes it
     _expire_leases(tenant)
     report = run_sweep(tenant.slug)

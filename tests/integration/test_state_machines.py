@@ -127,6 +127,6 @@ def test_each_status_table_of_a_tenant_schema_checks_its_own_machine(tenant: Ten
             "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
             "JOIN pg_proc p ON p.oid = t.tgfoid WHERE n.nspname = %s AND NOT t.tgisinternal",
             [tenant.schema]).fetchall()
-    guarded = {str(table): str(args).rstrip("\\000") for table, function, args in rows
+    guarded = {str(table): str(args).removesuffix("\\000") for table, function, args in rows
                if function == "guard_state_move"}
     assert guarded == {table: machine.name for table, machine in STATUS_MACHINES.items()}

@@ -14,11 +14,11 @@ from actors.digest import run_digests
 from actors.email import deliver_email
 from actors.scan import run_scan
 from actors.sweep import SweepReport, run_sweep
-from db.delivery.deliveries import ClaimedEmail, claim_delivery
+from db.delivery.deliveries import ClaimedEmail, claim_deliveries
 from db.notices.licence_scan import claim_due_milestones
-from db.people.preferences import resolve_preference, save_schedule, set_frequency
+from db.people.preferences import resolve_preference, save_schedule, save_user_preference
 from db.platform.tenancy import Tenant, tenant_tx
-from domain.delivery.preferences import Frequency
+from domain.delivery.preferences import Frequency, Preference
 from portal.app import create_app
 from tests.integration.builders import add_admin, add_client, run_concurrently, scalar
 from tests.integration.conftest import OpsInbox, SesOutbox
@@ -77,7 +77,7 @@ def test_two_sweeps_at_once_do_the_work_of_one(tenant: Tenant, ses: SesOutbox) -
         first = tx.conn.execute("SELECT min(id) FROM notification_deliveries").fetchone()
     assert first is not None
     with tenant_tx(tenant.slug) as tx:  # and one claimed by a worker that died before sending
-        assert isinstance(claim_delivery(tx, int(str(first[0])), 300), ClaimedEmail)
+        assert isinstance(claim_deliveries(tx, [int(str(first[0]))], 300)[0], ClaimedEmail)
         tx.conn.execute("UPDATE notification_deliveries SET lease_until = now() - interval '1 second' "
                         "WHERE status = 'sending'")
     reports: list[SweepReport] = []
@@ -99,7 +99,8 @@ def test_a_digest_email_is_sent_once_and_marks_its_items_delivered(
 ) -> None:
     reader = add_admin(tenant, f"reader-{uuid.uuid4().hex[:6]}@example.com")
     with tenant_tx(tenant.slug) as tx:
-        set_frequency(tx, reader.id, "license_expiring", Frequency.DAILY_DIGEST)
+        save_user_preference(tx, reader.id, "license_expiring",
+                             Preference(True, True, Frequency.DAILY_DIGEST))
         save_schedule(tx, reader.id, quiet=None, digest_time=time(8), weekly_day=1, zone="UTC")
     for n in range(3):
         add_client(tenant, AS_OF.date() + timedelta(days=7), name=f"Client {n}", users=0)

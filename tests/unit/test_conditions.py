@@ -23,7 +23,6 @@ from domain.rules.conditions import (
     facts_to_load,
     leaf_test,
     parse_fact,
-    referenced_facts,
     validate,
 )
 
@@ -259,7 +258,7 @@ def test_fact_names_outside_the_vocabulary(name: object) -> None:
     assert parse_fact(name) is None
 
 
-def test_referenced_facts_and_the_families_to_load() -> None:
+def test_the_families_to_load_leave_out_changes_and_subject_facts() -> None:
     tree = {"any": [
         {"fact": "field.amount", "op": "greater", "value": 1},
         {"all": [{"fact": "form.intake.q1", "op": "equals", "value": "yes"},
@@ -267,8 +266,6 @@ def test_referenced_facts_and_the_families_to_load() -> None:
         {"fact": "field.stage", "op": "changed"},  # read from the event's changes
         {"fact": "subject.status", "op": "equals", "value": "open"},  # on the subject row
     ]}
-    assert referenced_facts(tree) == {"field.amount", "form.intake.q1", "hierarchy.region",
-                                      "field.stage", "subject.status"}
     wanted = facts_to_load(tree)
     assert wanted == WantedFacts(frozenset({"amount"}), frozenset({("intake", "q1")}),
                                  frozenset({"region"}))

@@ -12,7 +12,6 @@ from domain.notices.licence import (
     RenewalRefused,
     Stage,
     check_client_renewal,
-    current_milestone,
     milestone_outcomes,
     window_table,
     windows_for,
@@ -56,11 +55,12 @@ def at(offset: int) -> date:
         (400, Plan.STANDARD, "closed"),
     ],
 )
-def test_the_current_milestone_is_the_window_that_contains_local_today(
+def test_the_milestone_due_is_the_window_that_contains_local_today(
     offset: int, plan: Plan, expected: str | None
 ) -> None:
-    milestone = current_milestone(EXPIRES, plan, at(offset))
-    assert (milestone.threshold if milestone else None) == expected
+    due = [m.threshold for m, outcome in milestone_outcomes(EXPIRES, plan, at(offset))
+           if outcome is Outcome.DUE]
+    assert due == ([] if expected is None else [expected])
 
 
 @pytest.mark.parametrize(

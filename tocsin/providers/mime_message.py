@@ -98,9 +98,6 @@ class MessageComposer:
         return (f"{headers}Content-Transfer-Encoding: quoted-printable\nMIME-Version: 1.0\n\n"
                 .encode() + encoded)
 
-    def composes_directly(self, email: OutgoingEmail) -> bool:
-        return self._direct_headers(email, utcnow()) is not None
-
     def compose_by_stdlib(self, email: OutgoingEmail, date: datetime | None = None) -> bytes:
         message = EmailMessage(policy=HEADERS_UNFOLDED)
         message["From"] = self._sender
