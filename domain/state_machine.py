@@ -51,9 +51,6 @@ class StateMachine:
             raise IllegalMove(f"machine {name}: moves to undeclared states {sorted(unknown)}")
         return cls(name, states, pairs)
 
-    def allows(self, source: str, target: str) -> bool:
-        return (self._state(source), self._state(target)) in self.moves
-
     def sources(self, to: str | Iterable[str]) -> frozenset[str]:
         """The states from which a row may move to every one of ``to``."""
         targets = self._targets(to)

@@ -130,20 +130,14 @@ def delivery_schedules(tx: TenantTx, user_ids: list[int]) -> dict[int, DeliveryS
     return schedules
 
 
-def email_send_check(
-    tx: TenantTx, user_id: int, category: str, now: datetime, *, critical: bool = False
-) -> SendCheck:
-    """What to do with this user's email of this category right now: send, cancel(reason),
-    defer(until) or batch(period). Called at send time so a change made after the claim
-    (an opt-out, new quiet hours, a switch to digests) is honoured. ``critical``: the notice
-    itself is critical (a tenant's rule said so), as if its category were."""
-    return email_send_checks(tx, [(user_id, category, critical)], now)[(user_id, category, critical)]
-
-
 def email_send_checks(
     tx: TenantTx, keys: list[tuple[int, str, bool]], now: datetime
 ) -> dict[tuple[int, str, bool], SendCheck]:
-    """``email_send_check`` for several (user, category, critical) in two statements."""
+    """What to do with each (user, category, critical) email right now, in two statements:
+    send, cancel(reason), defer(until) or batch(period). Called at send time so a change
+    made after the claim (an opt-out, new quiet hours, a switch to digests) is honoured.
+    ``critical``: the notice itself is critical (a tenant's rule said so), as if its
+    category were."""
     if not keys:
         return {}
     resolved = resolve_preferences(tx, sorted({(user_id, valid_category(c)) for user_id, c, _ in keys}))
