@@ -112,8 +112,12 @@ def test_a_batch_evaluated_again_after_its_lease_ran_out_claims_nothing_more(ten
     event_id = _host_event(tenant, "C-5", 3_000_000)
     for _ in range(3):
         with tenant_tx(tenant.slug) as tx:
+            # Processing again once evaluated is a move the event machine refuses: the
+            # overlap is staged with the trigger off for this write only.
+            tx.conn.execute("SET LOCAL session_replication_role = replica")
             tx.conn.execute("UPDATE events SET status = 'processing', lease_until = now() "
                             "WHERE id = %s", [event_id])
+            tx.conn.execute("SET LOCAL session_replication_role = origin")
             evaluate_claimed(tx, [event_id])
     assert _count(tenant, "SELECT count(*) FROM notification_ledger WHERE event_id = %s", [event_id]) == 1
 

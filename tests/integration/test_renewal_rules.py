@@ -30,7 +30,8 @@ def _trace(tenant: Tenant, client_id: int) -> tuple[object, ...]:
 
 
 def _set_client(tenant: Tenant, client_id: int, status: str, expires_on: date) -> None:
-    with tenant_tx(tenant.slug) as tx:
+    with tenant_tx(tenant.slug) as tx:  # put as a seed would: the licence machine's trigger off
+        tx.conn.execute("SET LOCAL session_replication_role = replica")
         tx.conn.execute("UPDATE clients SET status = %s, access_expires_on = %s WHERE id = %s",
                         [status, expires_on, client_id])
 
