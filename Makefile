@@ -44,6 +44,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # The browser tests drive Debian's Chromium (Playwright cannot download browsers here).
 chromium:

@@ -13,7 +13,7 @@
   previous tick started with (a rotating cursor), so no tenant waits behind the others.
 
 A commit that records events wakes the relay at once: the events API's after its commit
-(``wake_relay_after_commit``), a host's through PostgreSQL's notification, which the
+(the WakeRelay effect, tocsin/boot/effects.py), a host's through PostgreSQL's notification, which the
 clock's listener turns into the same message (``wake_for_host_commits``); that message is
 only a wake-up — losing it delays an event by one polling interval, never drops
 it. Per tenant, a circuit breaker stops a tenant whose processing keeps failing (a broken
@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 import dramatiq
@@ -40,7 +41,8 @@ import redis
 from actors.prepare import prepare_or_send
 from db.events.ready_events import ready_tenants
 from db.events.relay import claim_events, release_batch, tenants_with_ready_events
-from db.platform.tenancy import TenantTx, list_tenants, tenant_tx
+from db.platform.effects import PrepareClaims
+from db.platform.tenancy import list_tenants, tenant_tx
 from db.rules.evaluations import evaluate_claimed
 from tocsin.core import runtime
 from tocsin.core.settings import Settings
@@ -186,12 +188,6 @@ def wake_for_host_commits(stop: threading.Event) -> None:
                   on_listening=lambda: log.info("listening for events committed by hosts"))
 
 
-def wake_relay_after_commit(tx: TenantTx) -> None:
-    """After-commit listener (tocsin.core.runtime.start_messaging): events just recorded."""
-    if tx.events_recorded and runtime.settings().events_wakeup:
-        wake(tx.tenant.slug)
-
-
 BATCHES_PER_TURN = 2  # a tenant's batches in one relay message before the others get a turn
 
 
@@ -268,9 +264,10 @@ def evaluate_batch(slug: str, event_ids: list[int], claims: list[tuple[str, int]
     def evaluate() -> int:
         with tenant_tx(slug, generic_plans=True, redoable=True) as tx:
             report = evaluate_claimed(tx, event_ids)
-            if claims is not None:  # the caller's, once committed; not the listener's messages
-                claims.extend(tx.claims_to_prepare)
-                tx.claims_to_prepare.clear()
+            if claims is not None:  # the caller's, once committed; no preparation messages
+                taken = tx.take(PrepareClaims)
+                if taken is not None:
+                    tx.after_commit(partial(claims.extend, taken.claims))
         for lag in report.lags:
             RELAY_LAG.observe(lag)
         for event_id, error in sorted(report.failed.items()):

@@ -26,8 +26,9 @@ import pytest
 import redis
 
 from actors.email import deliver_email
-from actors.scan import run_scan
-from actors.sweep import run_sweep, sweep
+from actors.sweep import sweep
+from db.delivery.sweep import run_sweep
+from db.notices.scan import run_scan
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.delivery.states import ErrorClass
 from tests.integration.builders import add_clients_in_bulk, run_concurrently
