@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 import dramatiq
@@ -68,26 +69,8 @@ class Coordination:
         that start always gets a wake-up of its own."""
         return bool(self._redis.set(f"{self._ns}:relay:wake:{slug}", "1", nx=True, ex=30))
 
-    # One round trip: the wake-up flag cleared (an event committed from now on sends a
-    # wake-up of its own) and the tenant's lock taken; when another relay holds the lock,
-    # "again" is set for it instead, and it claims once more before it lets go.
-    _ACQUIRE = """
-redis.call('del', KEYS[1])
-if redis.call('set', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) then
-    redis.call('del', KEYS[3])
-    return 1
-end
-redis.call('set', KEYS[3], '1', 'EX', ARGV[2])
-return 0
-"""
-    # One round trip: the lock let go (only by its holder), and whether another relay asked
-    # for another pass meanwhile.
-    _RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
-local again = redis.call('get', KEYS[2])
-redis.call('del', KEYS[2])
-return again
-"""
+    _ACQUIRE = (Path(__file__).parent / "relay_acquire.lua").read_text()  # Lua, run in Redis
+    _RELEASE = (Path(__file__).parent / "relay_release.lua").read_text()  # Lua, run in Redis
 
     def acquire(self, slug: str, seconds: int) -> str | None:
         """The tenant's lock for ``seconds``, or None while another relay holds it (which
