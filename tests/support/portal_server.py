@@ -42,7 +42,7 @@ def serve_portal(log_path: Path, *, as_procfile: bool = False, **settings: str) 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PORT": str(port), "PORTAL_URL": url, **settings}
-    command = [sys.executable, "-m", "tocsin.shell.cli", "web"] if as_procfile else [
+    command = [sys.executable, "-m", "tocsin.boot.cli", "web"] if as_procfile else [
         sys.executable, "-m", "uvicorn", "tocsin.boot.web:app", "--factory",
         "--host", "127.0.0.1", "--port", str(port), "--no-proxy-headers",  # as `tocsin web`
         "--timeout-graceful-shutdown", str(WEB_GRACEFUL_SHUTDOWN)]
