@@ -75,7 +75,7 @@ test-rabbitmq: $(STAMP)
 # page missing from the navigation or a missing anchor fails it. `make test` builds it too
 # (tests/unit/test_docs_site.py).
 docs: $(STAMP)
-	$(BIN)/python -m mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
 # docs/operations/configuration.md from the settings classes and tocsin/core/settings_docs.py.
 settings-doc: $(STAMP)
