@@ -101,7 +101,7 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
     "SES_CONFIGURATION_SET": SettingDoc(
         "The SES configuration set named on every send, whose SNS event destination feeds "
         "`/hooks/ses`; unset, the sending identity's default set. See "
-        "[Delivery guarantees](../design/delivery.md).",
+        "[Delivery guarantees](../design/delivery.md#making-the-bound-none-ses-events).",
     ),
     "SWEEP_INTERVAL_SECONDS": SettingDoc("Seconds between two sweeps (and digest ticks)."),
     "RECONCILE_WINDOW_SECONDS": SettingDoc(
