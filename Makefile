@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 CONSTRAINTS := constraints.txt
 LOCK_VENV := .venv-lock
 
-.PHONY: run test test-rabbitmq lint chromium fuzz bench bench-portal bench-deliver bench-tenants bench-rules bench-events bench-obligations lock clean
+.PHONY: run test test-rabbitmq lint chromium fuzz docs settings-doc bench bench-portal bench-deliver bench-tenants bench-rules bench-events bench-obligations lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -44,6 +44,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # The browser tests drive Debian's Chromium (Playwright cannot download browsers here).
 chromium:
@@ -70,6 +71,16 @@ RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 test-rabbitmq: $(STAMP)
 	BROKER_URL='$(RABBITMQ_URL)' $(BIN)/pytest tests/integration tests/system
 
+# The documentation site (docs/, mkdocs.yml) built strictly into site/: a broken link, a
+# page missing from the navigation or a missing anchor fails it. `make test` builds it too
+# (tests/unit/test_docs_site.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+# docs/operations/configuration.md from the settings classes and tocsin/core/settings_docs.py.
+settings-doc: $(STAMP)
+	$(BIN)/python -m tocsin.boot.settings_doc
+
 bench: $(STAMP)
 	$(BIN)/python -m bench.scan
 
@@ -92,4 +103,4 @@ bench-obligations: $(STAMP)
 	$(BIN)/python -m bench.obligations
 
 clean:
-	rm -rf $(VENV) $(LOCK_VENV) .tocsin test-artifacts .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(LOCK_VENV) .tocsin test-artifacts site .mypy_cache .ruff_cache .pytest_cache

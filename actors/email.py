@@ -260,3 +260,12 @@ def _record_error(slug: str, claim: ClaimedEmail, error: ProviderError) -> None:
                                   retry_at=retry_at, request_id=error.request_id)
 
     retrying(write)
+
+
+def send_deliveries(slug: str, delivery_ids: list[int]) -> None:
+    """Hand deliveries marked enqueued in a committed transaction to the email workers (the
+    SendEmails effect, wired by tocsin/boot/effects.py): one deliver_email message per
+    EMAILS_PER_MESSAGE deliveries of the tenant. A send that fails (Redis down) leaves them to
+    the sweeper, which re-sends stale ones."""
+    for start in range(0, len(delivery_ids), EMAILS_PER_MESSAGE):
+        deliver_email.send(slug, *delivery_ids[start:start + EMAILS_PER_MESSAGE])

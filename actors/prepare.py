@@ -30,7 +30,7 @@ import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
 from db.notices.rule_notices import PreparationFailed, prepare_rule_claims, record_preparation_failure
-from db.platform.tenancy import TenantTx, tenant_tx
+from db.platform.tenancy import tenant_tx
 from domain.delivery.preparation_queues import preparation_queue
 from tocsin.core import runtime
 from tocsin.messaging.queues import RedisQueueDepths
@@ -73,14 +73,14 @@ def _record(slug: str, ledger_id: int, reason: str) -> None:
                 reason)
 
 
-def send_committed_claims(tx: TenantTx) -> None:
-    """After-commit listener (db/platform/tenancy.py on_commit): the rule claims a committed
-    transaction collected in tx.claims_to_prepare, one message per product."""
+def send_claims(slug: str, claims: list[tuple[str, int]]) -> None:
+    """The rule claims a committed transaction made (the PrepareClaims effect, wired by
+    tocsin/boot/effects.py), one message per product."""
     by_product: dict[str, list[int]] = {}
-    for product, ledger_id in tx.claims_to_prepare:
+    for product, ledger_id in claims:
         by_product.setdefault(product, []).append(ledger_id)
     for product, ledger_ids in sorted(by_product.items()):
-        send_preparation(tx.tenant.slug, product, ledger_ids)
+        send_preparation(slug, product, ledger_ids)
 
 
 def send_preparation(slug: str, product: str, ledger_ids: list[int]) -> None:

@@ -13,7 +13,7 @@
   previous tick started with (a rotating cursor), so no tenant waits behind the others.
 
 A commit that records events wakes the relay at once: the events API's after its commit
-(``wake_relay_after_commit``), a host's through PostgreSQL's notification, which the
+(the WakeRelay effect, tocsin/boot/effects.py), a host's through PostgreSQL's notification, which the
 clock's listener turns into the same message (``wake_for_host_commits``); that message is
 only a wake-up — losing it delays an event by one polling interval, never drops
 it. Per tenant, a circuit breaker stops a tenant whose processing keeps failing (a broken
@@ -31,6 +31,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 import dramatiq
@@ -40,7 +42,8 @@ import redis
 from actors.prepare import prepare_or_send
 from db.events.ready_events import ready_tenants
 from db.events.relay import claim_events, release_batch, tenants_with_ready_events
-from db.platform.tenancy import TenantTx, list_tenants, tenant_tx
+from db.platform.effects import PrepareClaims
+from db.platform.tenancy import list_tenants, tenant_tx
 from db.rules.evaluations import evaluate_claimed
 from tocsin.core import runtime
 from tocsin.core.settings import Settings
@@ -66,26 +69,8 @@ class Coordination:
         that start always gets a wake-up of its own."""
         return bool(self._redis.set(f"{self._ns}:relay:wake:{slug}", "1", nx=True, ex=30))
 
-    # One round trip: the wake-up flag cleared (an event committed from now on sends a
-    # wake-up of its own) and the tenant's lock taken; when another relay holds the lock,
-    # "again" is set for it instead, and it claims once more before it lets go.
-    _ACQUIRE = """
-redis.call('del', KEYS[1])
-if redis.call('set', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) then
-    redis.call('del', KEYS[3])
-    return 1
-end
-redis.call('set', KEYS[3], '1', 'EX', ARGV[2])
-return 0
-"""
-    # One round trip: the lock let go (only by its holder), and whether another relay asked
-    # for another pass meanwhile.
-    _RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
-local again = redis.call('get', KEYS[2])
-redis.call('del', KEYS[2])
-return again
-"""
+    _ACQUIRE = (Path(__file__).parent / "relay_acquire.lua").read_text()  # Lua, run in Redis
+    _RELEASE = (Path(__file__).parent / "relay_release.lua").read_text()  # Lua, run in Redis
 
     def acquire(self, slug: str, seconds: int) -> str | None:
         """The tenant's lock for ``seconds``, or None while another relay holds it (which
@@ -186,12 +171,6 @@ def wake_for_host_commits(stop: threading.Event) -> None:
                   on_listening=lambda: log.info("listening for events committed by hosts"))
 
 
-def wake_relay_after_commit(tx: TenantTx) -> None:
-    """After-commit listener (tocsin.core.runtime.start_messaging): events just recorded."""
-    if tx.events_recorded and runtime.settings().events_wakeup:
-        wake(tx.tenant.slug)
-
-
 BATCHES_PER_TURN = 2  # a tenant's batches in one relay message before the others get a turn
 
 
@@ -268,9 +247,10 @@ def evaluate_batch(slug: str, event_ids: list[int], claims: list[tuple[str, int]
     def evaluate() -> int:
         with tenant_tx(slug, generic_plans=True, redoable=True) as tx:
             report = evaluate_claimed(tx, event_ids)
-            if claims is not None:  # the caller's, once committed; not the listener's messages
-                claims.extend(tx.claims_to_prepare)
-                tx.claims_to_prepare.clear()
+            if claims is not None:  # the caller's, once committed; no preparation messages
+                taken = tx.take(PrepareClaims)
+                if taken is not None:
+                    tx.after_commit(partial(claims.extend, taken.claims))
         for lag in report.lags:
             RELAY_LAG.observe(lag)
         for event_id, error in sorted(report.failed.items()):

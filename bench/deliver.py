@@ -109,13 +109,14 @@ class Broker:
 
     def install(self) -> None:
         """Make it this process's broker (the sends) and the workers' (their environment)."""
+        from tocsin import boot
         from tocsin.core import runtime
 
         if self.url is None:
             os.environ.pop("BROKER_URL", None)
         else:
             os.environ["BROKER_URL"] = self.url
-        runtime.start_messaging(runtime.start(replace(runtime.settings(), broker_url=self.url)))
+        boot.start_messaging(boot.start(replace(runtime.settings(), broker_url=self.url)))
 
 
 REDIS = Broker("Redis", None)
@@ -395,8 +396,7 @@ class UncertainSampler:
 
 def run_deliveries(conn: Connection, endpoint: Endpoint, label: str, count: int, tenants: int,
                    processes: int, threads: int, send_rate: float) -> DeliveryRun:
-    from actors.email import EMAILS_PER_MESSAGE
-    from tocsin.messaging.dispatch import send_deliveries
+    from actors.email import EMAILS_PER_MESSAGE, send_deliveries
 
     drop_bench_tenants(conn)
     started = time.perf_counter()
@@ -912,13 +912,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
         say(f"bench SES endpoint at {endpoint.url}; dramatiq namespace "
             f"{os.environ['DRAMATIQ_NAMESPACE']}; logs in {LOGS}")
-        from tocsin.core import runtime
         from tocsin.core.settings import load_settings
 
         # This process enqueues like any other of the product's; the broker is the bench's
         # choice (Broker.install), so BROKER_URL from the environment is not read here.
         os.environ.pop("BROKER_URL", None)
-        runtime.start_messaging(runtime.start(load_settings()))
+        from tocsin import boot
+
+        boot.start_messaging(boot.start(load_settings()))
         brokers = [REDIS]
         if args.broker_url is not None:
             rabbitmq = stack.enter_context(rabbitmq_vhost(args.broker_url,

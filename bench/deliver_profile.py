@@ -75,11 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("SESSION_SECRET", secrets.token_urlsafe(48))
         from actors.email import EMAILS_PER_MESSAGE
         from db.platform.migrations import migrate_all
-        from tocsin.core import runtime
+        from tocsin import boot
         from tocsin.core.settings import load_settings
 
-        settings = runtime.start(load_settings())
-        runtime.start_messaging(settings)
+        settings = boot.start(load_settings())
+        boot.start_messaging(settings)
         migrate_all()
         # As Dramatiq's worker processes log: INFO, each record formatted and written out.
         sink = open(os.devnull, "w")  # noqa: SIM115  (closed below)

@@ -486,6 +486,7 @@ def give_history(conn: psycopg.Connection[Any], tenants: Tenants, average: int) 
     from db.events.outbox import record_events
     from db.events.relay import claim_events
     from db.notices.rule_notices import prepare_rule_claims
+    from db.platform.effects import AnnounceInbox, PrepareClaims, WakeRelay
     from db.platform.tenancy import tenant_tx
     from db.rules.evaluations import evaluate_claimed
     from domain.events.intake import parse_event
@@ -500,16 +501,16 @@ def give_history(conn: psycopg.Connection[Any], tenants: Tenants, average: int) 
             events = [parse_event(case(f"past-{slug}-{i}"))[0] for i in range(first, min(count, first + 500))]
             with tenant_tx(slug) as tx:
                 record_events(tx, [e for e in events if e is not None], "host")
-                tx.events_recorded.clear()  # no wake-up: evaluated right here
+                tx.take(WakeRelay)  # no wake-up: evaluated right here
             with tenant_tx(slug) as tx:
                 batch = claim_events(tx, limit=500, lease_seconds=600, max_attempts=5)
             with tenant_tx(slug) as tx:
                 evaluate_claimed(tx, batch.event_ids)
-                ledger_ids = sorted(i for _, i in tx.claims_to_prepare)
-                tx.claims_to_prepare.clear()
+                taken = tx.take(PrepareClaims)
+                ledger_ids = sorted(i for _, i in taken.claims) if taken else []
             with tenant_tx(slug) as tx:
                 prepare_rule_claims(tx, ledger_ids)
-                tx.new_in_inbox.clear()
+                tx.take(AnnounceInbox)
             total += len(events)
         if n % 10 == 0:
             say(f"    history: {n}/{len(tenants.slugs)} tenants, {total:,} past cases "
@@ -643,10 +644,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ok = True
     with bench_services(say):
         from db.platform.migrations import migrate_all
-        from tocsin.core import runtime
+        from tocsin import boot
         from tocsin.core.settings import load_settings
 
-        settings = runtime.start(load_settings())
+        settings = boot.start(load_settings())
         migrate_all()
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
             drop_bench_tenants(conn)

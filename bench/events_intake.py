@@ -84,7 +84,7 @@ def _start_portal(port: int, log: Path) -> subprocess.Popen[bytes]:
            "SESSION_SECRET": os.environ.get("SESSION_SECRET") or secrets.token_urlsafe(48)}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as handle:
-        server = subprocess.Popen([sys.executable, "-m", "tocsin.shell.cli", "web"], env=env, stdout=handle,
+        server = subprocess.Popen([sys.executable, "-m", "tocsin.boot.cli", "web"], env=env, stdout=handle,
                                   stderr=subprocess.STDOUT)
     return wait_ready(server, port, log)
 

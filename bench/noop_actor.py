@@ -12,7 +12,7 @@ from __future__ import annotations
 import dramatiq
 
 import tocsin.messaging.broker  # noqa: F401  (the placeholder broker the actor is declared on)
-from tocsin.core import runtime
+from tocsin import boot as bootstrap
 from tocsin.core.settings import load_settings
 
 QUEUE = "bench_noop"
@@ -24,5 +24,5 @@ def noop(number: int) -> None:
 
 
 def boot() -> None:
-    settings = runtime.start(load_settings())
-    runtime.start_messaging(settings)
+    settings = bootstrap.start(load_settings())
+    bootstrap.start_messaging(settings)

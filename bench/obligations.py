@@ -443,15 +443,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace, embedded: bool) -> int:
     from db.platform.migrations import migrate_all
     from db.platform.pool import open_pool
-    from tocsin.core import runtime
+    from tocsin import boot
     from tocsin.core.settings import load_settings
     from tocsin.messaging.broker import current_broker
 
     as_of: datetime = args.as_of or datetime.now(UTC)
     today = as_of.astimezone(UTC).date()
-    settings = runtime.start(load_settings())
+    settings = boot.start(load_settings())
     # As a worker process: the broker and the after-commit sends (the claims' preparation).
-    runtime.start_messaging(settings)
+    boot.start_messaging(settings)
     open_pool(settings.database_url, max_size=max(settings.db_pool_max, args.workers),
               min_size=args.workers)
     migrate_all()

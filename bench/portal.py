@@ -134,8 +134,8 @@ def server_command(server: str, port: int, workers: int) -> list[str]:
     if server == "granian":  # measured against uvicorn (issue 13); not what `tocsin web` runs
         return [sys.executable, "-m", "granian", "--interface", "asgi", "--factory", "--host", "127.0.0.1",
                 "--port", str(port), "--workers", str(workers), "--no-access-log", "--log-level", "warning",
-                "portal.app:create_app"]
-    return [sys.executable, "-m", "uvicorn", "portal.app:create_app", "--factory", "--host", "127.0.0.1",
+                "tocsin.boot.web:app"]
+    return [sys.executable, "-m", "uvicorn", "tocsin.boot.web:app", "--factory", "--host", "127.0.0.1",
             "--port", str(port), "--workers", str(workers), "--no-access-log", "--log-level", "warning"]
 
 

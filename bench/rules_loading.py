@@ -424,10 +424,10 @@ def _bench(args: argparse.Namespace) -> int:
     from db.platform.migrations import drop_schema
     from db.platform.pool import connection
     from db.platform.tenancy import create_tenant
-    from tocsin.core import runtime
+    from tocsin import boot
 
     # The worker's process settings (tocsin/boot/worker.py boot): the evaluation below is its code.
-    runtime.tune_collector()
+    boot.tune_collector()
     rng = random.Random(args.seed)
     slug = f"rulebench-{uuid.uuid4().hex[:8]}"
     tenant = create_tenant(slug, "Rules bench", "Europe/London")

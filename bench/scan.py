@@ -246,7 +246,7 @@ def due_pairs(
     conn: Connection, tenants: Sequence[BenchTenant], as_of: datetime
 ) -> list[tuple[Any, ...]]:
     """Every (client, threshold) row the cadence yields at as_of, computed in Python the
-    way a naive scan would: select the clients that may be due, then ask domain/licence."""
+    way a naive scan would: select the clients that may be due, then ask domain/notices/licence.py."""
     horizon = as_of.astimezone(UTC).date() + timedelta(days=HORIZON_DAYS)
     zones: dict[str, ZoneInfo] = {}
     pairs: list[tuple[Any, ...]] = []
@@ -543,7 +543,7 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
         tenants = build(conn, args.clients, args.tenants, as_of.astimezone(UTC).date(), args.seed)
         pairs = due_pairs(conn, tenants, as_of)
         create_scratch(conn, tenants[0])
-        say(f"  domain/licence yields {len(pairs):,} (client, threshold) rows at as_of")
+        say(f"  domain/notices/licence.py yields {len(pairs):,} (client, threshold) rows at as_of")
 
         say(f"(a) project scan: one scan_tenant message per tenant, through Redis, to a Dramatiq "
             f"worker with {args.workers} thread(s) ...")

@@ -344,10 +344,10 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
     as_of: datetime = args.as_of or datetime.now(UTC)
     today = as_of.astimezone(UTC).date()
     settings = load_settings()
-    from tocsin.core import runtime
+    from tocsin import boot
     from tocsin.messaging.broker import install_broker
 
-    install_broker(runtime.start(settings))
+    install_broker(boot.start(settings))
     open_pool(settings.database_url, max_size=max(settings.db_pool_max, args.workers),
               min_size=args.workers)
     migrate_all()

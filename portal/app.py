@@ -54,7 +54,7 @@ from portal.settings import PortalSettings, load_portal_settings
 from portal.templating import build_environment
 from tocsin.core import runtime
 from tocsin.core.keys import signing_keys
-from tocsin.core.settings import Settings, load_settings
+from tocsin.core.settings import Settings
 from tocsin.messaging.queues import QueueInspector
 
 # static/ sits next to portal/ in the checkout and, installed from the wheel, in site-packages
@@ -86,12 +86,10 @@ def create_app(
     """The portal. Its OpenAPI schema (portal.openapi, served at /schema) describes the
     events API; with `describe_portal` the HTML routes as well, for the fuzz tests."""
     install_log_redaction()  # however the app is served: tokens in paths never reach a log
-    # Read once for the process (uvicorn's factory mode passes nothing), then handed down:
+    # The process's settings (tocsin/boot/web.py started it with them), handed down:
     # handlers read request.app.state.settings (portal.settings.app_settings).
-    settings = runtime.start(settings or load_settings())
+    settings = settings or runtime.settings()
     keys = signing_keys(settings)  # refuses the published default outside the embedded services
-    # Renewals and invitations hand their emails to the workers once they commit.
-    runtime.start_messaging(settings)
     portal_settings = portal_settings or load_portal_settings(settings.portal_url)
     environment = build_environment(
         {"app_name": APP_NAME, "poll_seconds": portal_settings.inbox_poll_seconds,

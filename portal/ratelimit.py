@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 
@@ -24,43 +25,9 @@ ADDRESS_FAILURES = 20  # password attempts from one address per window (any acco
 WINDOW_SECONDS = 15 * 60  # seconds each count lives, from its first attempt
 PREFIX = "tocsin-login"
 
-# KEYS: the account's and the address's counters; ARGV: their limits, then the window in
-# seconds. An attempt is counted only when both counts are under their limits, and the
-# answer is the wait (seconds) when one is not, 0 when the attempt may go ahead. The window
-# starts with the first attempt (SET NX EX: EXPIRE ... NX needs Redis 7, the embedded one
-# is 6.2).
-_RESERVE = """
-local wait = 0
-for i, key in ipairs(KEYS) do
-  if tonumber(redis.call('GET', key) or '0') >= tonumber(ARGV[i]) then
-    local ttl = redis.call('TTL', key)
-    if ttl < 0 then
-      redis.call('EXPIRE', key, ARGV[3])
-      ttl = tonumber(ARGV[3])
-    end
-    wait = math.max(wait, ttl, 1)
-  end
-end
-if wait > 0 then
-  return wait
-end
-for _, key in ipairs(KEYS) do
-  redis.call('SET', key, 0, 'EX', ARGV[3], 'NX')
-  redis.call('INCR', key)
-end
-return 0
-"""
+_RESERVE = (Path(__file__).parent / "ratelimit_reserve.lua").read_text()  # Lua, run in Redis
 
-# Give back one counted attempt per key (never below zero, never creating a key: a key
-# that expired meanwhile stays gone). DECR keeps the key's expiry.
-_REFUND = """
-for _, key in ipairs(KEYS) do
-  if tonumber(redis.call('GET', key) or '0') > 0 then
-    redis.call('DECR', key)
-  end
-end
-return 0
-"""
+_REFUND = (Path(__file__).parent / "ratelimit_refund.lua").read_text()  # Lua, run in Redis
 
 
 @dataclass(frozen=True)

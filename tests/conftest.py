@@ -59,9 +59,10 @@ def _start_services() -> None:
     os.environ["TOCSIN_TEST_SERVICES_READY"] = "1"  # inherited by worker subprocesses
 
     from db.platform.migrations import migrate_all
-    from tocsin.core import runtime
+    from tocsin import boot
     from tocsin.core.settings import load_settings
 
+    boot.start(load_settings())
     migrate_all()
     if "SES_ENDPOINT_URL" in _services.env:  # the local endpoint: sender and ops topic
         from tocsin.monitoring.ops_alerts import prepare_local_aws
@@ -70,20 +71,21 @@ def _start_services() -> None:
             os.environ.setdefault(name, value)
     # The test process is one more process of the product: settings read once, the broker
     # and the after-commit wake-ups installed, as the web and worker processes do.
-    runtime.start_messaging(runtime.start(load_settings()))
+    boot.start_messaging(boot.start(load_settings()))
 
 
 @pytest.fixture(autouse=True)
 def process_settings() -> Iterator[None]:
-    """A test may point this process's settings elsewhere (runtime.start); the next test
+    """A test may point this process's settings elsewhere (tocsin.boot.start); the next test
     starts from the session's settings again."""
+    from tocsin import boot
     from tocsin.core import runtime
 
     before = runtime.settings()
     yield
     if runtime.settings() is not before:
-        runtime.start(before)
-        runtime.start_messaging(before)
+        boot.start(before)
+        boot.start_messaging(before)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -57,21 +57,28 @@ class Alert:
     summary: str
 
 
-def take_unpublished(tx: TenantTx, limit: int = 100) -> list[Alert]:
-    """Unpublished alerts, locked for this transaction (another sweeper skips them)."""
+def take_unpublished(tx: TenantTx, hold_seconds: float, limit: int = 100) -> list[Alert]:
+    """Unpublished alerts not held by another publisher, now held by this one for
+    ``hold_seconds``: the caller commits, publishes them outside any transaction, then marks
+    them published. If it dies before marking, the hold runs out and they are taken again."""
     rows = tx.conn.execute(
         """
-        SELECT id, kind, ref_id, summary FROM ops_alerts
-        WHERE published_at IS NULL ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
+        UPDATE ops_alerts SET publishing_until = now() + make_interval(secs => %s)
+        WHERE id IN (SELECT id FROM ops_alerts
+                     WHERE published_at IS NULL
+                       AND (publishing_until IS NULL OR publishing_until < now())
+                     ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)
+        RETURNING id, kind, ref_id, summary
         """,
-        [limit],
+        [hold_seconds, limit],
     ).fetchall()
     return [Alert(int(str(r[0])), str(r[1]), int(str(r[2])), str(r[3])) for r in rows]
 
 
 def mark_published(tx: TenantTx, alert_ids: list[int]) -> None:
     tx.conn.execute(
-        "UPDATE ops_alerts SET published_at = now() WHERE id = ANY(%s) AND published_at IS NULL",
+        "UPDATE ops_alerts SET published_at = now(), publishing_until = NULL "
+        "WHERE id = ANY(%s) AND published_at IS NULL",
         [alert_ids],
     )
 

@@ -26,6 +26,7 @@ from uuid import UUID
 
 from db.delivery.digests import digest_email, mark_digest_items_delivered
 from db.people.preferences import apply_send_check, email_send_checks
+from db.platform.effects import SendEmails
 from db.platform.tenancy import Statement, TenantTx, tenant_statements, tenant_tx
 from domain.delivery.states import DELIVERY, WAITING, Status
 from tocsin.core.clock import utcnow
@@ -439,7 +440,7 @@ def schedule_due_deliveries(tx: TenantTx, *, everything: bool = False, limit: in
          "limit": limit},
     ).fetchall()
     ids = sorted(int(str(r[0])) for r in rows)
-    tx.emails_to_send.extend(ids)
+    tx.after_commit(SendEmails(list(ids)))
     return ids
 
 
@@ -456,4 +457,4 @@ def schedule_deliveries(tx: TenantTx, delivery_ids: list[int]) -> None:
         """,
         {"ids": delivery_ids, "waiting": _WAITING},
     ).fetchall()
-    tx.emails_to_send.extend(sorted(int(str(r[0])) for r in rows))
+    tx.after_commit(SendEmails(sorted(int(str(r[0])) for r in rows)))

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from db.platform.effects import AnnounceInbox
 from db.platform.tenancy import TenantTx
 from domain.errors import InvalidInput, NotFound
 
@@ -152,7 +153,7 @@ def add_to_inbox(
     if row is None:
         return None
     item = _item(row)
-    tx.new_in_inbox.add(recipient_user_id)
+    tx.after_commit(AnnounceInbox({recipient_user_id}))
     return item
 
 

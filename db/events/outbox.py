@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from psycopg.rows import tuple_row
 
 from db.events.subjects import Cursor, json_rows, schema_sql, update_register
+from db.platform.effects import WakeRelay
 from db.platform.tenancy import TenantTx
 from domain.events.intake import EventIn
 
@@ -73,6 +74,6 @@ def record_events(tx: TenantTx, events: Sequence[EventIn], source: str,
     """record_events_in for a tenant transaction; the relay is woken once it commits."""
     with tx.conn.cursor(row_factory=tuple_row) as cur:
         recorded = record_events_in(cur, tx.tenant.schema, events, source, prefixes)
-    tx.events_recorded.extend(r.event_id for r in recorded)
+    tx.after_commit(WakeRelay([r.event_id for r in recorded]))
     return recorded
 

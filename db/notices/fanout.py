@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from db.people.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
+from db.platform.effects import AnnounceInbox
 from db.platform.tenancy import TenantTx
 from domain.delivery.preferences import OPTED_OUT
 from domain.notices.licence import CATEGORY, COPY, RULE
@@ -113,7 +114,8 @@ def write_notices(
         },
     ).fetchall()
     users = {int(str(r[1])) for r in rows if r[0] == "inbox"}
-    tx.new_in_inbox.update(users)
+    if users:
+        tx.after_commit(AnnounceInbox(users))
     return NoticesWritten(users, sorted(int(str(r[1])) for r in rows if r[0] == "email"))
 
 

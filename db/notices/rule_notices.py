@@ -36,6 +36,7 @@ from db.delivery.deliveries import schedule_deliveries
 from db.events.facts import load_subjects_and_all_facts
 from db.notices.fanout import notify_statement, write_notices
 from db.notices.recipients import resolve_recipients
+from db.platform.effects import PrepareClaims
 from db.platform.tenancy import TenantTx, tenant_tx
 from db.rules.calendar import load_calendar
 from domain.delivery.preferences import valid_category
@@ -331,5 +332,5 @@ def unprepared_rule_claims(tx: TenantTx, older_than_seconds: int, limit: int = 1
         "  AND l.prepare_failed_at IS NULL AND l.claimed_at < now() - make_interval(secs => %s) "
         "ORDER BY l.claimed_at LIMIT %s",
         [older_than_seconds, limit]).fetchall()
-    tx.claims_to_prepare.extend((str(r[1]), int(str(r[0]))) for r in rows)
+    tx.after_commit(PrepareClaims([(str(r[1]), int(str(r[0]))) for r in rows]))
     return len(rows)

@@ -163,10 +163,9 @@ def get_pool() -> ConnectionPool:
     # Checked again under the lock: worker threads starting together all find no pool, and
     # a second open used to close the first under a thread already holding its connection
     # ("the pool 'tocsin' is already closed", a delivery stranded in sending).
-    if _configured is None:  # a process that never called tocsin.core.runtime.start
-        from tocsin.core import runtime
-
-        runtime.start(runtime.settings())
+    if _configured is None:
+        raise RuntimeError("no connection pool configured: a process opens the database through "
+                           "its bootstrap (tocsin.boot.start), never from db/")
     with _lock:
         if _pool is not None:
             return _pool

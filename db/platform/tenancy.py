@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
 
+from db.platform.effects import C, Effect, carry_out, merged
 from db.platform.errors import NotMigrated
 from db.platform.migrations import apply_tenant_migrations, ensure_control_schema
 from db.platform.pool import connection, set_statement_scope
@@ -38,56 +39,37 @@ class TenantTx:
 
     conn: Connection
     tenant: Tenant
-    # What must happen only once this transaction has committed, collected by the db/ use
-    # cases and run by tenant_tx after the commit (never before: a message or an
-    # announcement must not name a row that might still roll back):
-    # users given a visible inbox notification, for the live push to name;
-    new_in_inbox: set[int] = field(default_factory=set, compare=False, hash=False)
-    # email deliveries to hand to the workers (already marked enqueued in this transaction).
-    emails_to_send: list[int] = field(default_factory=list, compare=False, hash=False)
-    # events written to the outbox, for the relay's wake-up (the polling fallback finds
-    # them anyway);
-    events_recorded: list[int] = field(default_factory=list, compare=False, hash=False)
-    # rule claims to prepare: (product, ledger id), for the per-product preparation queues.
-    claims_to_prepare: list[tuple[str, int]] = field(default_factory=list, compare=False, hash=False)
-    # this process's own bookkeeping of what is now durable (db/rules/evaluations.py: the trace
-    # parts it need not send again), run first after the commit, never after a rollback.
-    committed: list[Callable[[], None]] = field(default_factory=list, compare=False, hash=False)
+    # What must happen once this transaction has committed, in the order asked for
+    # (db/platform/effects.py): never before, since a message or an announcement must not
+    # name a row that might still roll back.
+    effects: list[Effect] = field(default_factory=list, compare=False, hash=False)
 
-    @property
-    def has_after_commit_work(self) -> bool:
-        return bool(self.new_in_inbox or self.emails_to_send or self.events_recorded
-                    or self.claims_to_prepare)
+    def after_commit(self, effect: Effect) -> None:
+        """Carry out ``effect`` once this transaction has committed; never if it rolls back."""
+        self.effects.append(effect)
 
+    def pending(self, kind: type[C]) -> C | None:
+        """The effects of ``kind`` asked for so far, merged (None when there are none)."""
+        return merged(self.effects, kind)
 
-CommitListener = Callable[[TenantTx], None]
-# Registered once per process at start-up (the worker's and the web's bootstrap): each is
-# called with every committed tenant transaction that collected after-commit work.
-_commit_listeners: list[CommitListener] = []
+    def take(self, kind: type[C]) -> C | None:
+        """The effects of ``kind`` asked for so far, merged and withdrawn: the caller carries
+        them out itself once the transaction has committed."""
+        found = merged(self.effects, kind)
+        self.effects[:] = [e for e in self.effects if not isinstance(e, kind)]
+        return found
 
-
-def on_commit(listener: CommitListener) -> None:
-    """Run ``listener`` after each tenant transaction that collected work commits. A process
-    with no listener (the CLI's migrate, a test) leaves the work to the sweeper, which
-    finds the rows in Postgres: after-commit work is a wake-up, never the only record."""
-    if listener not in _commit_listeners:
-        _commit_listeners.append(listener)
-
-
-def remove_commit_listener(listener: CommitListener) -> None:
-    if listener in _commit_listeners:
-        _commit_listeners.remove(listener)
-
-
-def _run_after_commit(tx: TenantTx) -> None:
-    for listener in list(_commit_listeners):
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A savepoint for the block: if it raises, what it wrote and the effects it asked
+        for are undone together, and the transaction goes on."""
+        mark = len(self.effects)
         try:
-            listener(tx)
-        except Exception:
-            # The transaction has committed and its rows are durable; a failed wake-up (Redis
-            # down) only delays them until the sweeper's next pass. Never fail the caller.
-            log.exception("after-commit work failed tenant=%s (the sweeper will catch up)",
-                          tx.tenant.slug)
+            with self.conn.transaction():
+                yield
+        except BaseException:
+            del self.effects[mark:]
+            raise
 
 
 _TENANT_COLUMNS = "id, slug, name, schema_name, time_zone, status, unknown_outcome_policy"
@@ -181,8 +163,8 @@ def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False)
 
     The schema comes from control.tenants, never from the caller, and search_path is set
     with set_config(..., true) — the SET LOCAL form — so it ends with the transaction and a
-    pooled connection never carries one tenant's schema into the next request. The work
-    the transaction collected for after its commit runs once it has committed (on_commit).
+    pooled connection never carries one tenant's schema into the next request. The effects
+    the block asked for (tx.after_commit) run once the transaction has committed.
 
     Its statements are prepared per schema (db/platform/pool.py ScopedCursor). ``generic_plans``
     makes PostgreSQL keep one plan per prepared statement from its first execution
@@ -225,10 +207,8 @@ def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False)
             set_statement_scope(conn, None)  # the pooled connection goes back untagged
         conn.execute("COMMIT")
     # Reached only when the block and the commit succeeded.
-    for note in tx.committed:
-        note()
-    if tx.has_after_commit_work:
-        _run_after_commit(tx)
+    if tx.effects:
+        carry_out(tx.tenant.slug, tx.effects)
 
 
 # tenant_statement's scoping: the tenant's schema as the transaction's search_path, or a

@@ -19,7 +19,7 @@ One event whose evaluation raises (a value a host wrote straight into the tables
 rule can read) fails alone, in the same transaction: it is marked failed with the error and
 claims nothing, and the rest of the batch is evaluated and committed. Its batch is never
 handed back, so its tenant's breaker never counts it: the other events are not held up.
-After commit the new claims go to their product's preparation queue (TenantTx.claims_to_prepare).
+After commit the new claims go to their product's preparation queue (a PrepareClaims effect).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 
 from db.events.facts import BatchLoader, load_facts_of_subjects
+from db.platform.effects import PrepareClaims
 from db.platform.tenancy import TenantTx
 from db.rules.definitions import CandidateKey, candidate_indexes_of
 from domain.events.states import EVENT, EventStatus
@@ -200,7 +201,7 @@ class _PartsStored:
             if len(held) >= _KNOWN_KEPT:
                 held.clear()
             held.update(stored)
-        self.tx.committed.append(note)
+        self.tx.after_commit(note)
 
 
 def _insert_parts(tx: TenantTx, parts: dict[bytes, bytes]) -> None:
@@ -355,8 +356,9 @@ def evaluate_claimed(tx: TenantTx, event_ids: list[int],
             tx.conn.execute(_FAILED, [list(report.failed), list(report.failed.values())])
     stored.confirm()
     if claimed is not None:
-        for ledger_id, event_id in claimed.fetchall():
-            tx.claims_to_prepare.append((product_of[event_id], ledger_id))  # type: ignore[index, arg-type]
-            report.claims += 1
+        new_claims = [(product_of[int(str(event_id))], int(str(ledger_id)))
+                      for ledger_id, event_id in claimed.fetchall()]
+        tx.after_commit(PrepareClaims(new_claims))
+        report.claims += len(new_claims)
     report.evaluated = len(outcomes)
     return report

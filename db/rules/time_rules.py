@@ -46,6 +46,7 @@ from typing import Any
 from psycopg.rows import tuple_row
 
 from db.events.facts import load_facts_of_subjects
+from db.platform.effects import PrepareClaims
 from db.platform.tenancy import TenantTx
 from db.rules.calendar import load_calendar
 from db.rules.condition_sql import CompiledConditions, compile_conditions
@@ -321,7 +322,7 @@ def claim_time_rules(tx: TenantTx, as_of: datetime) -> TimeClaimCounts:
     """Claim every due milestone and turnaround breach of the tenant's time rules at the
     explicit instant ``as_of``, each subject's today in its own zone; first cancel what
     moved due dates left waiting. The new claims go to their product's preparation queue
-    once ``tx`` commits (TenantTx.claims_to_prepare)."""
+    once ``tx`` commits (a PrepareClaims effect)."""
     if as_of.tzinfo is None:
         raise ValueError("as_of must be an aware datetime (an instant)")
     rules = time_rules(tx)
@@ -348,7 +349,7 @@ def claim_time_rules(tx: TenantTx, as_of: datetime) -> TimeClaimCounts:
         except Exception as error:
             failed.append(f"rule {rule.id}: {type(error).__name__}: {error}")
             continue
-        tx.claims_to_prepare.extend((rule.product, ledger_id) for ledger_id in ids)
+        tx.after_commit(PrepareClaims([(rule.product, ledger_id) for ledger_id in ids]))
         claimed += len(ids)
         skipped += rule_skipped
     return TimeClaimCounts(claimed, skipped, cancelled, tuple(failed))

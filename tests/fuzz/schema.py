@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from portal.app import create_app
 from tests.fuzz.client import SKIPPED_ROUTES
+from tocsin.boot.web import build_app
 
 
 @cache
 def openapi_schema() -> dict[str, Any]:
-    app = create_app(describe_portal=True)
+    app = build_app(describe_portal=True)
     schema: dict[str, Any] = app.openapi_schema.to_schema()
     return schema
 

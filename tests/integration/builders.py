@@ -99,7 +99,7 @@ def run_concurrently(*jobs: Callable[[], object]) -> list[BaseException]:
 
 def scan_concurrently(tenant: Tenant, as_of: datetime, scans: int) -> list[BaseException]:
     """Start ``scans`` scans of one tenant and instant at the same moment."""
-    from actors.scan import run_scan
+    from db.notices.scan import run_scan
 
     return run_concurrently(*[lambda: run_scan(tenant.slug, as_of)] * scans)
 

@@ -216,6 +216,7 @@ def use_settings(**changes: Any) -> None:
     process_settings fixture restores the session's afterwards)."""
     from dataclasses import replace
 
+    from tocsin import boot
     from tocsin.core import runtime
 
-    runtime.start(replace(runtime.settings(), **changes))
+    boot.start(replace(runtime.settings(), **changes))

@@ -22,8 +22,8 @@ from db.people.clients import Client, create_client
 from db.people.users import User, create_user
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.people.identity import Role
-from portal.app import create_app
 from portal.ratelimit import PREFIX as THROTTLE_PREFIX
+from tocsin.boot.web import build_app
 from tocsin.core.settings import load_settings
 
 PASSWORD = "correct horse battery"
@@ -79,7 +79,7 @@ def forget_sign_in_failures() -> None:
 @pytest.fixture
 def portal() -> Iterator[PortalClient]:
     forget_sign_in_failures()
-    with TestClient(app=create_app()) as client:
+    with TestClient(app=build_app()) as client:
         yield client
 
 

@@ -11,8 +11,9 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from portal.app import CONTENT_SECURITY_POLICY, STATIC, create_app
+from portal.app import CONTENT_SECURITY_POLICY, STATIC
 from portal.openapi import SCHEMA_JSON, SCHEMA_PATH, SWAGGER_UI_VERSION
+from tocsin.boot.web import build_app
 
 # swagger-ui-dist 5.35.0's swagger-ui-bundle.js, as `npm pack swagger-ui-dist@5.35.0` gives it
 SWAGGER_UI_BUNDLE_SHA256 = "e6a898692f2d768e807c3ba4626068a69a2c5dd960dd6c76f3e4d3a3de180af2"
@@ -20,7 +21,7 @@ SWAGGER_UI_BUNDLE_SHA256 = "e6a898692f2d768e807c3ba4626068a69a2c5dd960dd6c76f3e4
 
 @pytest.fixture
 def visitor() -> Iterator[TestClient[Litestar]]:
-    with TestClient(app=create_app()) as client:  # nobody signed in
+    with TestClient(app=build_app()) as client:  # nobody signed in
         yield client
 
 
@@ -82,6 +83,6 @@ def test_the_vendored_swagger_ui_is_the_version_and_licence_it_says() -> None:
 
 
 def test_the_fuzz_tests_schema_describes_the_portals_pages_too() -> None:
-    paths = create_app(describe_portal=True).openapi_schema.to_schema()["paths"]
+    paths = build_app(describe_portal=True).openapi_schema.to_schema()["paths"]
     assert "/login" in paths
     assert "/api/v1/events/batch" in paths

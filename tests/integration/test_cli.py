@@ -16,7 +16,7 @@ import pytest
 from db.platform.pool import connection
 from db.platform.tenancy import Tenant
 from tests.integration.builders import add_client, ledger
-from tocsin.shell.cli import main
+from tocsin.boot.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -13,8 +13,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from actors.scan import run_scan
 from db.events.api_keys import create_api_key
+from db.notices.scan import run_scan
 from domain.csv_export import FORMULA_STARTS
 from tests.integration.portal_support import PASSWORD, People, PortalClient, signed_in
 from tocsin.shell.demo_metrology import certificate_event, set_up_metrology

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from actors.email import deliver_email
-from actors.scan import run_scan
 from db.delivery.deliveries import Answer, ClaimedEmail, claim_deliveries, record_step
+from db.notices.scan import run_scan
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.delivery.states import ErrorClass
 from tests.integration.builders import add_client, ledger, scalar

@@ -26,8 +26,9 @@ import pytest
 import redis
 
 from actors.email import deliver_email
-from actors.scan import run_scan
-from actors.sweep import run_sweep, sweep
+from actors.sweep import sweep
+from db.delivery.sweep import run_sweep
+from db.notices.scan import run_scan
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.delivery.states import ErrorClass
 from tests.integration.builders import add_clients_in_bulk, run_concurrently
@@ -35,10 +36,10 @@ from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox, use_s
 from tests.integration.test_deliver_email import FailingMailer
 from tests.support.faulty_ses import FaultySes
 from tests.support.rabbitmq import lose_every_message
-from tocsin.boot.worker import WORKER_BROKER
 from tocsin.core.settings import load_settings
 from tocsin.providers.send_rate import SendRateLimiter, Slots, set_limiter
 from tocsin.providers.ses import SesMailer, set_mailer
+from tocsin.shell.processes import WORKER_BROKER
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 THREADS = 4  # worker threads: the number of sends in flight when the answers are held

@@ -22,7 +22,7 @@ from tocsin.core.clock import utcnow
 def _one_delivery(tenant: Tenant, status: str) -> int:
     """A real delivery (claimed licence reminder to a real user), put in ``status`` as the
     migration's seed would, with the check bypassed for this one write only."""
-    from actors.scan import run_scan
+    from db.notices.scan import run_scan
 
     add_admin(tenant)
     add_client(tenant, utcnow().date() + timedelta(days=7))

@@ -14,13 +14,13 @@ from litestar.testing import TestClient
 
 from db.events.api_keys import create_api_key, revoke_api_key
 from db.platform.tenancy import Tenant
-from portal.app import create_app
 from portal.ratelimit import API_KEY_FAILURE_WINDOW_SECONDS, API_KEY_FAILURES
 from portal.settings import load_portal_settings
 from tests.integration.builders import run_concurrently
 from tests.integration.intake_support import Desk, case_event, events_of, fraud_desk
 from tests.integration.portal_support import forget_sign_in_failures
 from tests.support.portal_server import serve_portal
+from tocsin.boot.web import build_app
 from tocsin.core.settings import load_settings
 from tocsin.shell.client import TocsinApiError, TocsinClient
 
@@ -40,7 +40,7 @@ def key(desk: Desk) -> str:
 @pytest.fixture
 def api() -> Iterator[ApiClient]:
     forget_sign_in_failures()  # wrong keys are counted per address: every test client shares one
-    with TestClient(app=create_app()) as client:
+    with TestClient(app=build_app()) as client:
         yield client
 
 
@@ -234,7 +234,7 @@ def test_concurrent_duplicates_record_one_event_and_get_the_same_answer(
 
 def test_a_key_over_its_rate_is_told_when_to_come_back(desk: Desk, key: str) -> None:
     settings = load_settings()
-    app = create_app(settings, replace(load_portal_settings(settings.portal_url), api_events_per_minute=500))
+    app = build_app(settings, replace(load_portal_settings(settings.portal_url), api_events_per_minute=500))
     with TestClient(app=app) as api:
         batch = {"events": [case_event(f"C-{n}") for n in range(500)]}
         assert api.post("/api/v1/events/batch", headers=bearer(key), json=batch).status_code == 201
@@ -252,7 +252,7 @@ def test_a_tenants_keys_together_are_held_to_the_tenants_rate(
     settings = load_settings()
     limits = replace(load_portal_settings(settings.portal_url), api_events_per_minute=500,
                      api_tenant_events_per_minute=600)
-    with TestClient(app=create_app(settings, limits)) as api:
+    with TestClient(app=build_app(settings, limits)) as api:
         batch = {"events": [case_event(f"C-{n}") for n in range(400)]}
         assert api.post("/api/v1/events/batch", headers=bearer(key), json=batch).status_code == 201
         response = api.post("/api/v1/events/batch", headers=bearer(second_key), json=batch)

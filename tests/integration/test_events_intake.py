@@ -10,6 +10,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from db.events.outbox import record_events
+from db.platform.effects import WakeRelay
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.errors import InvalidInput
 from domain.events.intake import InvalidEvents, parse_event
@@ -121,7 +122,7 @@ def test_events_of_one_subject_in_one_batch_see_each_other(desk: Desk) -> None:
               *parsed(case_event("C-1", "updated", fields={"amount": 3}))]
     with tenant_tx(desk.tenant.slug) as tx:
         recorded = record_events(tx, events, "cli")
-        assert tx.events_recorded == [r.event_id for r in recorded]
+        assert tx.pending(WakeRelay) == WakeRelay([r.event_id for r in recorded])
         stored = tx.conn.execute("SELECT value FROM subject_fields WHERE name = 'amount'").fetchall()
     assert [e["changes"] for e in events_of(desk.tenant)] == [
         {}, {"field.amount": {"from": 1, "to": 2}}, {"field.amount": {"from": 2, "to": 3}}]

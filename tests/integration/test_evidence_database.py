@@ -14,9 +14,9 @@ from psycopg.conninfo import make_conninfo
 
 from db.evidence.export_budget import APPLICATION_NAME
 from db.platform.pool import connection
-from portal.app import create_app
 from portal.settings import load_portal_settings
 from tests.integration.portal_support import People, signed_in
+from tocsin.boot.web import build_app
 from tocsin.core import runtime
 
 
@@ -34,7 +34,7 @@ def test_the_ledger_export_reads_through_the_evidence_database_and_needs_only_se
         portal_settings = replace(load_portal_settings(settings.portal_url),
                                   evidence_database_url=make_conninfo(os.environ["DATABASE_URL"],
                                                                       user=role))
-        with TestClient(app=create_app(settings, portal_settings)) as portal:
+        with TestClient(app=build_app(settings, portal_settings)) as portal:
             signed_in(portal, people, people.admin)
             export = portal.get("/ledger.csv")
             assert export.status_code == 200

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
-from actors.scan import run_scan
+from db.notices.scan import run_scan
 from db.people.clients import get_client, license_events, renew_licence
 from db.platform.tenancy import Tenant, tenant_tx
 from tests.integration.builders import add_admin, add_client, claimed, ledger, scan_concurrently

@@ -12,8 +12,8 @@ import pytest
 
 import db.platform.tenancy
 from actors.digest import run_digests
-from actors.scan import run_scan
-from actors.sweep import run_sweep
+from db.delivery.sweep import run_sweep
+from db.notices.scan import run_scan
 from db.platform.runs import fan_out_order
 from db.platform.tenancy import Tenant
 from domain.liveness import RunKind

@@ -12,13 +12,13 @@ from collections import Counter
 import pytest
 
 from actors.email import deliver_email
-from actors.sweep import run_sweep
+from db.delivery.sweep import run_sweep
 from db.platform.tenancy import get_tenant, tenant_tx
 from tests.integration.builders import scalar
 from tests.integration.conftest import RunningWorker, SesOutbox, use_settings
 from tests.integration.portal_support import People, PortalClient, csrf_token, signed_in
 from tests.support.faulty_ses import FaultySes
-from tocsin.shell.cli import main as tocsin
+from tocsin.boot.cli import main as tocsin
 
 
 def _choose_policy(portal: PortalClient, policy: str) -> None:

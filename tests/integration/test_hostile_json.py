@@ -181,7 +181,7 @@ def test_the_installed_command_exits_2_with_one_line_on_a_deeply_nested_file(
     path = tmp_path / "deep.json"
     path.write_text(DEEP)
     for document in (str(path), "-"):
-        done = subprocess.run([sys.executable, "-m", "tocsin.shell.cli", "rules", "import", "--tenant",
+        done = subprocess.run([sys.executable, "-m", "tocsin.boot.cli", "rules", "import", "--tenant",
                                tenant.slug, document], input=DEEP, capture_output=True, text=True,
                               timeout=120, env=dict(os.environ))
         assert done.returncode == 2, done.stderr[-1000:]

@@ -21,8 +21,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from actors.scan import run_scan, scan_tenant
+from actors.scan import scan_tenant
 from db.delivery.totals import CHANNELS, OPEN_STATUSES
+from db.notices.scan import run_scan
 from db.platform.tenancy import Tenant
 from domain.delivery.states import ErrorClass
 from domain.liveness import RunKind

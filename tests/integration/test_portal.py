@@ -14,7 +14,6 @@ from litestar.testing import TestClient
 from db.delivery.inbox import add_to_inbox
 from db.people.members import deactivate
 from db.platform.tenancy import tenant_tx
-from portal.app import create_app
 from portal.sessions import SESSION_COOKIE
 from portal.settings import load_portal_settings
 from tests.integration.portal_support import (
@@ -29,6 +28,7 @@ from tests.integration.portal_support import (
     signed_in,
     unread_of,
 )
+from tocsin.boot.web import build_app
 from tocsin.core.settings import ConfigError, load_settings
 
 
@@ -339,7 +339,7 @@ def test_readyz_answers_ok_without_a_session(portal: PortalClient) -> None:
 def test_the_badge_polls_as_often_as_inbox_poll_seconds_says(people: People) -> None:
     settings = load_settings()
     polling = load_portal_settings(settings.portal_url, {"INBOX_POLL_SECONDS": "45"})
-    with TestClient(app=create_app(settings, polling)) as portal:
+    with TestClient(app=build_app(settings, polling)) as portal:
         html = signed_in(portal, people, people.client_user)
 
     assert 'hx-trigger="every 45s"' in html

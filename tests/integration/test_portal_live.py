@@ -18,13 +18,12 @@ import pytest
 import redis
 from litestar.testing import TestClient
 
-from actors.scan import run_scan
 from db.delivery.inbox import add_to_inbox
+from db.notices.scan import run_scan
 from db.people.clients import create_client
 from db.people.users import User, create_user
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.people.identity import Role
-from portal.app import create_app
 from portal.live import InboxListener
 from portal.settings import PortalSettings
 from tests.integration.conftest import WAIT_LIMIT
@@ -38,6 +37,7 @@ from tests.integration.portal_support import (
     signed_in,
 )
 from tests.support.portal_server import ROOT, serve_portal
+from tocsin.boot.web import build_app
 from tocsin.core.settings import load_settings
 from tocsin.messaging.inbox_events import InboxAnnouncer, channel, decode
 
@@ -115,7 +115,7 @@ def test_the_inbox_listens_to_the_stream_and_polls_the_feed_as_the_fallback(
 
 def test_with_live_push_switched_off_the_inbox_only_polls(people: People) -> None:
     off = PortalSettings(inbox_poll_seconds=5, secure_cookies=False, live_push=False)
-    with TestClient(app=create_app(portal_settings=off)) as portal:
+    with TestClient(app=build_app(portal_settings=off)) as portal:
         page = signed_in(portal, people, people.client_user)
         assert "sse-connect" not in page and "htmx-ext-sse" not in page
         assert 'hx-trigger="every 5s"' in page

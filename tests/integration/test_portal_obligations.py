@@ -16,9 +16,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from actors.scan import run_scan
 from db.delivery.inbox import acknowledge, inbox_page
 from db.events.api_keys import create_api_key
+from db.notices.scan import run_scan
 from db.people.users import create_user
 from db.platform.tenancy import tenant_tx
 from db.rules.calendar import save_calendar

@@ -17,8 +17,8 @@ from db.platform.tenancy import Tenant, tenant_tx
 from domain.delivery.preferences import CATEGORIES, Frequency, Preference
 from domain.delivery.unsubscribe import unsubscribe_token
 from domain.people.identity import Role
-from portal.app import create_app
 from tests.integration.conftest import new_tenant, remove_tenant
+from tocsin.boot.web import build_app
 from tocsin.core.keys import signing_keys
 from tocsin.core.settings import load_settings
 
@@ -30,7 +30,7 @@ PortalClient = TestClient[Litestar]
 
 @pytest.fixture
 def portal() -> Iterator[PortalClient]:
-    with TestClient(app=create_app()) as client:
+    with TestClient(app=build_app()) as client:
         yield client
 
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, time, timedelta
 import pytest
 
 from actors.email import deliver_email
-from actors.scan import run_scan
-from actors.sweep import run_sweep
+from db.delivery.sweep import run_sweep
+from db.notices.scan import run_scan
 from db.people.preferences import (
     apply_send_check,
     email_send_checks,

@@ -12,10 +12,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("actors", "db", "domain", "portal", "tocsin")
-# The entry points: each reads the settings once for its process (tocsin/core/runtime.py says how).
+# The bootstraps: each reads the settings once for its process (tocsin/core/runtime.py holds
+# them); the supervisor reads them for the processes it starts, the settings module defines them.
 READS_SETTINGS = {
     "tocsin/core/runtime.py", "tocsin/shell/processes.py", "tocsin/boot/worker.py", "tocsin/boot/clock.py",
-    "portal/app.py", "tocsin/core/settings.py",
+    "tocsin/boot/web.py", "tocsin/core/settings.py",
 }
 
 
@@ -27,7 +28,7 @@ def test_importing_the_portal_and_every_actor_needs_no_settings_and_no_running_r
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "REDIS_URL", "SES_ENDPOINT_URL", "OPS_TOPIC_ARN")}
     env["REDIS_URL"] = "redis://127.0.0.1:1/0"  # nothing listens there
-    code = ("import portal.app, actors, tocsin.boot.worker, tocsin.shell.cli; "
+    code = ("import portal.app, actors, tocsin.boot.worker, tocsin.boot.web, tocsin.boot.cli; "
             "import dramatiq; print(type(dramatiq.get_broker()).__name__)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)

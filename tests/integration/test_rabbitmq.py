@@ -30,10 +30,11 @@ from actors.email import EMAILS_PER_MESSAGE
 from actors.scan import scan_tenant, tick
 from actors.sweep import sweep
 from db.platform.tenancy import Tenant
-from portal.app import create_app
 from tests.integration.builders import add_admin, add_client, delivery_statuses, ledger
 from tests.integration.conftest import WAIT_LIMIT, RunningWorker, SesOutbox, wait_until
 from tests.support.rabbitmq import LOCAL_RABBITMQ, create_vhost, delete_vhost, unreachable_reason
+from tocsin import boot
+from tocsin.boot.web import build_app
 from tocsin.core import runtime
 from tocsin.messaging.broker import current_broker
 from tocsin.messaging.queues import QueueInspector
@@ -56,14 +57,14 @@ def rabbitmq() -> Iterator[str]:
     vhost = f"tocsin-test-{uuid.uuid4().hex[:8]}"
     url = create_vhost(LOCAL_RABBITMQ, vhost)
     before = runtime.settings()
-    runtime.start_messaging(runtime.start(replace(before, broker_url=url)))
+    boot.start_messaging(boot.start(replace(before, broker_url=url)))
     os.environ["BROKER_URL"] = url  # for anything that reads the environment again
     try:
         yield url
     finally:
         try:
             del os.environ["BROKER_URL"]
-            runtime.start_messaging(runtime.start(before))  # closes the RabbitMQ broker's connections
+            boot.start_messaging(boot.start(before))  # closes the RabbitMQ broker's connections
         finally:
             delete_vhost(LOCAL_RABBITMQ, vhost)
 
@@ -106,7 +107,7 @@ def test_a_scans_emails_are_delivered_by_a_real_worker_over_rabbitmq_with_confir
 def test_a_rabbitmq_that_lost_its_queues_loses_no_email_the_sweep_resends_every_due_one(
     rabbitmq: str, tenant: Tenant, ses: SesOutbox
 ) -> None:
-    from actors.scan import run_scan
+    from db.notices.scan import run_scan
 
     broker = current_broker()
     add_admin(tenant)
@@ -223,7 +224,7 @@ def test_healthz_over_rabbitmq_counts_the_messages_waiting_in_rabbitmq(rabbitmq:
                "earlier workers' records to expire")
     try:
         tick.send()  # a scan tick nobody will run
-        with TestClient(app=create_app(runtime.settings())) as portal:
+        with TestClient(app=build_app(runtime.settings())) as portal:
             response = portal.get("/healthz")
     finally:
         broker.flush_all()
@@ -236,7 +237,7 @@ def test_healthz_over_rabbitmq_counts_the_messages_waiting_in_rabbitmq(rabbitmq:
 
 def test_healthz_says_rabbitmq_did_not_answer_when_it_does_not() -> None:
     settings = replace(runtime.settings(), broker_url="amqp://guest:guest@127.0.0.1:1/%2F")  # nothing there
-    with TestClient(app=create_app(settings)) as portal:
+    with TestClient(app=build_app(settings)) as portal:
         response = portal.get("/healthz")
 
     assert response.status_code == 503

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
-from actors.prepare import prepare_notices, send_committed_claims
+from actors.prepare import prepare_notices
 from db.evidence.ledger_view import defaulted_notices, failed_preparations
 from db.notices.rule_notices import (
     PreparationFailed,
@@ -22,6 +22,7 @@ from db.notices.rule_notices import (
 from db.people.members import list_members
 from db.people.preferences import save_schedule, save_user_preference, set_channel
 from db.people.users import authenticate, set_password
+from db.platform.effects import AnnounceInbox, PrepareClaims
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.delivery.preferences import OPTED_OUT, Channel, Frequency, Preference
 from domain.delivery.quiet_hours import QuietHours
@@ -236,7 +237,8 @@ def test_the_rules_channels_decide_inbox_and_email(tenant: Tenant) -> None:
 
     with tenant_tx(tenant.slug) as tx:
         prepare_rule_claims(tx, [in_app, email])
-        told_in_app = set(tx.new_in_inbox)
+        announced = tx.pending(AnnounceInbox)
+        told_in_app = announced.user_ids if announced else set()
 
     assert set(emails(tenant)) == {email_only}
     assert emails(tenant)[email_only][0] == "pending"
@@ -381,9 +383,8 @@ def test_a_worker_prepares_a_claim_sent_to_its_products_queue(
                                   title="Case {{ subject.external_id }} opened"),
                  add_subject(tenant, product, "C-22", assignees=[user]))
 
-    with tenant_tx(tenant.slug) as tx:  # what the evaluation's transaction collects
-        tx.claims_to_prepare.append((product, claim))
-    send_committed_claims(tx)  # its after-commit listener
+    with tenant_tx(tenant.slug) as tx:  # what the evaluation's transaction asks for
+        tx.after_commit(PrepareClaims([(product, claim)]))  # carried out once it commits
 
     assert "prepare_fraud" in worker.broker.get_declared_queues()
     wait_until(lambda: any(e.to == "worker@example.com" for e in ses.sent()), "the rule's email")
@@ -425,7 +426,7 @@ def test_claims_left_unprepared_are_found_for_the_sweeper(tenant: Tenant) -> Non
 
     with tenant_tx(tenant.slug) as tx:
         assert unprepared_rule_claims(tx, older_than_seconds=60) == 1
-        assert tx.claims_to_prepare == [(product, lost)]  # sent to its queue after commit
+        assert tx.pending(PrepareClaims) == PrepareClaims([(product, lost)])  # queued after commit
     with tenant_tx(tenant.slug) as tx:
         unprepared_rule_claims(tx, older_than_seconds=0)
-        assert (product, fresh) in tx.claims_to_prepare
+        assert (product, fresh) in tx.pending(PrepareClaims).claims  # type: ignore[union-attr]

@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from actors.scan import run_scan
+from db.notices.scan import run_scan
 from db.people.clients import create_client
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.notices.licence import Outcome, milestone_outcomes

@@ -9,12 +9,14 @@ from datetime import UTC, datetime, timedelta
 from dramatiq import Broker
 
 from actors.email import deliver_email
-from actors.scan import run_scan, scan_tenant, tick
-from actors.sweep import run_sweep
+from actors.scan import scan_tenant, tick
 from db.delivery.deliveries import REENQUEUE_AFTER_SECONDS, schedule_due_deliveries
+from db.delivery.sweep import run_sweep
 from db.notices.fanout import prepare_claims
 from db.notices.licence_scan import claim_due_milestones
-from db.platform.tenancy import Tenant, on_commit, remove_commit_listener, tenant_tx
+from db.notices.scan import run_scan
+from db.platform.effects import SendEmails
+from db.platform.tenancy import Tenant, tenant_tx
 from tests.integration.builders import (
     add_admin,
     add_client,
@@ -26,7 +28,6 @@ from tests.integration.builders import (
 )
 from tests.integration.conftest import RunningWorker, SesOutbox, wait_until
 from tocsin.messaging.broker import current_broker
-from tocsin.messaging.dispatch import send_committed_emails
 
 AS_OF = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
 TODAY = AS_OF.date()
@@ -108,14 +109,11 @@ def test_a_scan_that_dies_after_commit_before_enqueueing_is_healed_by_the_sweepe
         add_client(tenant, TODAY + timedelta(days=offset), users=2)
 
     # The first scan's transaction commits its claims and deliveries, marked enqueued...
-    remove_commit_listener(send_committed_emails)  # ...and the process dies before the wake-up,
-    try:
-        with tenant_tx(tenant.slug) as tx:
-            claim_due_milestones(tx, AS_OF)
-            prepare_claims(tx)
-            pending = schedule_due_deliveries(tx)
-    finally:
-        on_commit(send_committed_emails)
+    with tenant_tx(tenant.slug) as tx:
+        claim_due_milestones(tx, AS_OF)
+        prepare_claims(tx)
+        pending = schedule_due_deliveries(tx)
+        tx.take(SendEmails)  # ...and the process dies before the wake-up,
     for delivery_id in pending[: len(pending) // 3]:  # after only some of its emails left
         deliver_email.send(tenant.slug, delivery_id)
     worker.drain()

@@ -15,8 +15,8 @@ import pytest
 
 import db.evidence.export_budget
 import db.platform.tenancy
-from actors.scan import run_scan
-from actors.sweep import run_sweep
+from db.delivery.sweep import run_sweep
+from db.notices.scan import run_scan
 from db.platform.pool import connection
 from db.platform.tenancy import Tenant
 from tests.integration.builders import add_client, delivery_statuses

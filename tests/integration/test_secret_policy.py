@@ -17,11 +17,11 @@ from litestar.testing import TestClient
 from db.platform.tenancy import tenant_tx
 from domain.delivery.unsubscribe import unsubscribe_token
 from domain.tokens import sign
-from portal.app import create_app
 from portal.sessions import SESSION_COOKIE
 from tests.integration.builders import scalar
 from tests.integration.conftest import WAIT_LIMIT
 from tests.integration.portal_support import People, PortalClient, csrf_token, sign_in, signed_in
+from tocsin.boot.web import build_app
 from tocsin.core.keys import MIN_SECRET_BYTES, Purpose, derive_key, signing_keys
 from tocsin.core.settings import DEV_SESSION_SECRET, Settings, load_settings
 from tocsin.shell.services import free_port
@@ -93,14 +93,14 @@ def test_web_and_worker_refuse_to_start_with_the_default_or_a_short_secret_outsi
 
 def test_the_embedded_services_may_run_on_the_default_secret() -> None:
     settings = dataclasses.replace(load_settings(), session_secret=DEV_SESSION_SECRET, embedded=True)
-    with TestClient(app=create_app(settings)) as client:
+    with TestClient(app=build_app(settings)) as client:
         assert client.get("/login").status_code == 200
     with pytest.raises(Exception, match="published development default"):
-        create_app(dataclasses.replace(settings, embedded=False))
+        build_app(dataclasses.replace(settings, embedded=False))
 
 
 def _app(settings: Settings, secret: str, previous: tuple[str, ...] = ()) -> TestClient:  # type: ignore[type-arg]
-    return TestClient(app=create_app(dataclasses.replace(
+    return TestClient(app=build_app(dataclasses.replace(
         settings, session_secret=secret, previous_session_secrets=previous)))
 
 

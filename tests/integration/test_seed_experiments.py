@@ -13,17 +13,17 @@ import pytest
 from litestar.testing import TestClient
 
 from actors.email import deliver_email
-from actors.scan import run_scan
-from actors.sweep import run_sweep
 from db.delivery.deliveries import ClaimedEmail, claim_deliveries
+from db.delivery.sweep import run_sweep
 from db.notices.licence_scan import claim_due_milestones
+from db.notices.scan import run_scan
 from db.people.clients import renew_licence
 from db.platform.tenancy import Tenant, set_unknown_outcome_policy, tenant_tx
-from portal.app import create_app
 from tests.integration.builders import add_client, ledger, scalar, scan_concurrently
 from tests.integration.conftest import OpsInbox, RunningWorker, SesOutbox, use_settings
 from tests.support.faulty_ses import FaultySes
 from tests.support.sns_signer import SnsSigner, ses_event
+from tocsin.boot.web import build_app
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 DUE = AS_OF.date() + timedelta(days=7)  # the d7 reminder is due at AS_OF
@@ -112,7 +112,7 @@ def test_4a_lose_the_acceptance_response_and_an_ses_event_arrives(
     delivery_id = _drop_first_answer(faulty_ses, tenant)
     [copy] = ses.sent()
     event = sns_signer.notification(ses_event("Send", tenant.slug, delivery_id, copy.ses_id))
-    with TestClient(app=create_app()) as portal:
+    with TestClient(app=build_app()) as portal:
         response = portal.post("/hooks/ses", content=json.dumps(event))
     assert response.status_code == 200, response.text
 

@@ -16,20 +16,20 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 from actors.email import deliver_email
-from actors.scan import run_scan
+from db.notices.scan import run_scan
 from db.platform.tenancy import Tenant, tenant_tx
-from portal.app import create_app
 from portal.sns import MAX_CACHED_CERTIFICATES, cached_certificate_urls
 from tests.integration.builders import add_client, scalar
 from tests.integration.conftest import SesOutbox
 from tests.support.sns_signer import ATTACKER_TOPIC, SnsSigner, ses_event
+from tocsin.boot.web import build_app
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture
 def hook(sns_signer: SnsSigner) -> Iterator[TestClient[Litestar]]:
-    with TestClient(app=create_app()) as client:
+    with TestClient(app=build_app()) as client:
         yield client
 
 

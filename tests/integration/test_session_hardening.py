@@ -18,7 +18,7 @@ import pytest
 import redis
 from litestar.testing import TestClient
 
-from portal.app import HSTS, create_app
+from portal.app import HSTS
 from portal.sessions import MAX_REFRESH_STEP_SECONDS, SESSION_COOKIE
 from tests.integration.builders import scalar
 from tests.integration.conftest import WAIT_LIMIT
@@ -30,6 +30,7 @@ from tests.integration.portal_support import (
     sign_in,
 )
 from tests.support.portal_server import serve_portal
+from tocsin.boot.web import build_app
 from tocsin.core.settings import Settings, load_settings
 
 CSRF_COOKIE = "tocsin_csrf"
@@ -97,7 +98,7 @@ def test_a_read_within_the_refresh_step_writes_nothing_back_and_a_later_one_slid
     assert idle - 5 <= store.ttl(key) <= idle
 
 def test_signing_out_ends_every_session_of_that_user(people: People, store: redis.Redis) -> None:
-    with TestClient(app=create_app()) as laptop, TestClient(app=create_app()) as phone:
+    with TestClient(app=build_app()) as laptop, TestClient(app=build_app()) as phone:
         sign_in(laptop, people.tenant.slug, people.client_user.email)
         sign_in(phone, people.tenant.slug, people.client_user.email)
         keys = [_key(laptop), _key(phone)]
@@ -110,7 +111,7 @@ def test_signing_out_ends_every_session_of_that_user(people: People, store: redi
 
 
 def test_deactivation_ends_every_session_of_that_user_at_once(people: People, store: redis.Redis) -> None:
-    with TestClient(app=create_app()) as theirs, TestClient(app=create_app()) as admin:
+    with TestClient(app=build_app()) as theirs, TestClient(app=build_app()) as admin:
         sign_in(theirs, people.tenant.slug, people.client_user.email)
         key = _key(theirs)
         sign_in(admin, people.tenant.slug, people.admin.email)
@@ -166,7 +167,7 @@ def test_two_deployments_sharing_a_redis_do_not_accept_each_others_sessions(
 ) -> None:
     ours = load_settings()
     theirs = dataclasses.replace(ours, dramatiq_namespace=f"{ours.dramatiq_namespace}-other")
-    with TestClient(app=create_app(ours)) as a, TestClient(app=create_app(theirs)) as b:
+    with TestClient(app=build_app(ours)) as a, TestClient(app=build_app(theirs)) as b:
         sign_in(a, people.tenant.slug, people.client_user.email)
         assert store.exists(_key(a, ours))
         b.cookies.set(SESSION_COOKIE, a.cookies[SESSION_COOKIE], domain="testserver.local")

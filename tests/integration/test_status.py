@@ -23,12 +23,12 @@ from litestar.testing import TestClient
 
 import actors  # noqa: F401  (declares every actor's queue, as the worker command does)
 from actors.scan import tick
-from actors.sweep import run_sweep
+from db.delivery.sweep import run_sweep
 from db.platform.pool import connection
 from db.platform.tenancy import Tenant, list_tenants
-from portal.app import create_app
 from tests.integration.conftest import WAIT_LIMIT, RunningWorker, wait_until
 from tests.integration.portal_support import People, PortalClient, signed_in
+from tocsin.boot.web import build_app
 from tocsin.core.settings import load_settings
 from tocsin.messaging.queues import PRODUCT_QUEUES, QueueInspector, QueueState
 from tocsin.shell.cli import EXIT_DEGRADED
@@ -247,7 +247,7 @@ def test_the_worker_command_refuses_a_queue_the_product_does_not_have() -> None:
 
 def test_healthz_says_degraded_with_503_when_redis_does_not_answer() -> None:
     settings = replace(load_settings(), redis_url=NOWHERE)
-    with TestClient(app=create_app(settings)) as portal:
+    with TestClient(app=build_app(settings)) as portal:
         response = portal.get("/healthz")
 
     assert response.status_code == 503

@@ -12,17 +12,17 @@ from litestar.testing import TestClient
 
 from actors.digest import run_digests
 from actors.email import deliver_email
-from actors.scan import run_scan
-from actors.sweep import SweepReport, run_sweep
 from db.delivery.deliveries import ClaimedEmail, claim_deliveries
+from db.delivery.sweep import SweepReport, run_sweep
 from db.notices.licence_scan import claim_due_milestones
+from db.notices.scan import run_scan
 from db.people.preferences import resolve_preference, save_schedule, save_user_preference
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.delivery.preferences import Frequency, Preference
-from portal.app import create_app
 from tests.integration.builders import add_admin, add_client, run_concurrently, scalar
 from tests.integration.conftest import OpsInbox, SesOutbox
-from tocsin.shell.cli import main
+from tocsin.boot.cli import main
+from tocsin.boot.web import build_app
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 
@@ -131,7 +131,7 @@ def test_an_email_carries_a_one_click_unsubscribe_that_opts_out_of_its_category(
     link = sent.headers["List-Unsubscribe"].strip("<>")
     assert link in sent.body
 
-    with TestClient(app=create_app()) as mail_client:  # a mail client: no session, no CSRF token
+    with TestClient(app=build_app()) as mail_client:  # a mail client: no session, no CSRF token
         response = mail_client.post(urlsplit(link).path, content="List-Unsubscribe=One-Click",
                                     headers={"content-type": "application/x-www-form-urlencoded"})
     assert response.status_code == 200

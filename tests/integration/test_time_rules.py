@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from actors.scan import run_scan
+from db.notices.scan import run_scan
 from db.platform.tenancy import Tenant, tenant_tx
 from db.rules.calendar import save_calendar
 from domain.rules.obligation_dates import Calendar, outcomes_on

@@ -7,8 +7,9 @@ from __future__ import annotations
 import threading
 from datetime import UTC, date, datetime, timedelta
 
-from actors.scan import run_scan
 from db.notices.rule_notices import prepare_rule_claims
+from db.notices.scan import run_scan
+from db.platform.effects import PrepareClaims
 from db.platform.tenancy import Tenant, tenant_tx
 from db.rules.calendar import load_calendar
 from db.rules.time_rules import _claim_due, claim_time_rules, time_rules
@@ -224,4 +225,4 @@ def test_the_sweeper_prepares_time_claims_whose_message_was_lost(tenant: Tenant)
         claim_time_rules(tx, AS_OF)
     with tenant_tx(tenant.slug) as tx:
         assert unprepared_rule_claims(tx, 0) == 1
-        assert tx.claims_to_prepare == [("metrology", rule_ledger(tenant)[1]["id"])]
+        assert tx.pending(PrepareClaims) == PrepareClaims([("metrology", rule_ledger(tenant)[1]["id"])])

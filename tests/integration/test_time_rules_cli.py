@@ -46,7 +46,7 @@ def test_calendar_set_refuses_bad_input_and_changes_nothing(
 def test_a_scan_run_by_hand_beside_the_clock_claims_nothing_twice(
     capsys: pytest.CaptureFixture[str], tenant: Tenant
 ) -> None:
-    from actors.scan import run_scan
+    from db.notices.scan import run_scan
 
     add_metrology(tenant)
     add_time_rule(tenant)

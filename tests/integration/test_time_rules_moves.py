@@ -13,10 +13,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from actors.email import deliver_email
-from actors.scan import run_scan
 from db.delivery.deliveries import claim_deliveries
 from db.events.outbox import record_events
 from db.notices.rule_notices import prepare_rule_claims
+from db.notices.scan import run_scan
+from db.platform.effects import AnnounceInbox, PrepareClaims, SendEmails
 from db.platform.tenancy import Tenant, tenant_tx
 from db.rules.time_rules import TimeClaimCounts, claim_time_rules
 from domain.events.intake import parse_event
@@ -74,13 +75,13 @@ def claim_and_prepare(tenant: Tenant, subjects: list[int]) -> list[int]:
     enqueued; the ids of those emails, whose messages the test sends itself."""
     with tenant_tx(tenant.slug) as tx:
         claim_time_rules(tx, AS_OF)
-        tx.claims_to_prepare.clear()
+        tx.take(PrepareClaims)
     with tenant_tx(tenant.slug) as tx:
         prepare_rule_claims(tx, [r["id"] for r in rule_ledger(tenant)
                                  if r["subject_id"] in subjects and r["status"] == "claimed"])
-        emails = list(tx.emails_to_send)
-        tx.emails_to_send.clear()  # enqueued, the message not yet delivered to a worker
-        tx.new_in_inbox.clear()
+        to_send = tx.take(SendEmails)  # enqueued, the message not yet delivered to a worker
+        emails = to_send.delivery_ids if to_send else []
+        tx.take(AnnounceInbox)
     return emails
 
 

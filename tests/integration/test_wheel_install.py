@@ -133,7 +133,7 @@ def test_the_installed_command_and_modules_come_from_the_new_virtualenv(installe
                                           found["procfile"]]]
     assert [p for p in paths if not p.is_relative_to(venv)] == []
     assert Path(found["procfile"]).read_text() == (ROOT / "Procfile").read_text()
-    assert found["migrations"] == len(list((ROOT / "db" / "migrations").rglob("*.sql")))
+    assert found["migrations"] == len(list((ROOT / "db" / "platform" / "migrations").rglob("*.sql")))
 
 
 def test_tocsin_up_without_the_embedded_extra_says_what_to_set_or_install(installed: Installed) -> None:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.integration.conftest import WAIT_LIMIT, wait_until
-from tocsin.shell.processes import WEB_GRACEFUL_SHUTDOWN
+from tocsin.boot.web import WEB_GRACEFUL_SHUTDOWN
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,8 +42,8 @@ def serve_portal(log_path: Path, *, as_procfile: bool = False, **settings: str) 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PORT": str(port), "PORTAL_URL": url, **settings}
-    command = [sys.executable, "-m", "tocsin.shell.cli", "web"] if as_procfile else [
-        sys.executable, "-m", "uvicorn", "portal.app:create_app", "--factory",
+    command = [sys.executable, "-m", "tocsin.boot.cli", "web"] if as_procfile else [
+        sys.executable, "-m", "uvicorn", "tocsin.boot.web:app", "--factory",
         "--host", "127.0.0.1", "--port", str(port), "--no-proxy-headers",  # as `tocsin web`
         "--timeout-graceful-shutdown", str(WEB_GRACEFUL_SHUTDOWN)]
     log_path.parent.mkdir(exist_ok=True)

@@ -40,6 +40,7 @@ from tests.system.outcomes import (
     statuses,
     uncertain,
 )
+from tocsin import boot
 from tocsin.core import runtime
 from tocsin.shell.services import free_port
 
@@ -247,7 +248,7 @@ def private_postgres(tmp_path: Path) -> Iterator[Callable[[], None]]:
     data = tmp_path / "pg"
     server = pgserver.get_server(data, cleanup_mode=None)  # type: ignore[attr-defined]
     before = runtime.settings()
-    runtime.start(replace(before, database_url=server.get_uri()))
+    boot.start(replace(before, database_url=server.get_uri()))
     migrate_all()
 
     def restart_immediately() -> None:
@@ -260,7 +261,7 @@ def private_postgres(tmp_path: Path) -> Iterator[Callable[[], None]]:
     try:
         yield restart_immediately
     finally:
-        runtime.start(before)  # this process's pool back on the session's PostgreSQL
+        boot.start(before)  # this process's pool back on the session's PostgreSQL
         server.cleanup_mode = "stop"
         server.cleanup()
         shutil.rmtree(data, ignore_errors=True)

@@ -52,7 +52,7 @@ def test_three_clocks_and_a_hand_run_scan_notify_each_zone_once_on_its_own_date(
     stack.start("clock")
     stack.start("clock")
     # Someone debugging runs the scan by hand while the clocks tick.
-    hand = subprocess.run([sys.executable, "-m", "tocsin.shell.cli", "scan", "--tenant", tenant.slug],
+    hand = subprocess.run([sys.executable, "-m", "tocsin.boot.cli", "scan", "--tenant", tenant.slug],
                           env=stack.env, capture_output=True, text=True, timeout=120, check=False)
     assert hand.returncode == 0, hand.stderr
 

@@ -185,7 +185,7 @@ def test_a_rule_already_failing_on_the_facts_at_hand_loads_nothing() -> None:
 
 
 def test_a_batch_driver_gets_the_same_outcomes_and_a_compact_trace() -> None:
-    """The generator form (what db/evaluations drives for a whole batch) yields what each
+    """The generator form (what db/rules/evaluations.py drives for a whole batch) yields what each
     phase wants, and its stored trace groups phase 2's drops by reason."""
     candidates = [
         rule(1, trigger={"types": ["form_submitted"], "metadata": {"form": "exit"}}),

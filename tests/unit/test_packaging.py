@@ -6,6 +6,7 @@ tests/integration/test_wheel_install.py."""
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import sys
 import tomllib
@@ -172,3 +173,8 @@ def test_this_environment_runs_the_pinned_versions() -> None:
         if installed != version:
             differing.append(f"{name} {installed} (pinned {version})")
     assert differing == [], f"reinstall with `make .venv/.installed-stamp`: {differing}"
+
+
+def test_the_worker_command_names_the_worker_bootstrap() -> None:
+    module, _, attribute = processes.WORKER_BROKER.partition(":")
+    assert callable(getattr(importlib.import_module(module), attribute))

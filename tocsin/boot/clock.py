@@ -18,21 +18,21 @@ from types import FrameType
 
 import dramatiq
 
-from tocsin.core import runtime
+from tocsin import boot
 from tocsin.core.settings import load_settings
 
 log = logging.getLogger("tocsin.clock")
 
 
 def run_clock(stop: threading.Event | None = None) -> None:
-    settings = runtime.start(load_settings())  # once for the process
+    settings = boot.start(load_settings())  # once for the process
     from actors.digest import digest_tick
     from actors.relay import relay_tick, wake_for_host_commits
     from actors.scan import tick
     from actors.sweep import sweep
 
-    runtime.start_messaging(settings)  # the broker the ticks are sent through
-    runtime.tune_collector()
+    boot.start_messaging(settings)  # the broker the ticks are sent through
+    boot.tune_collector()
 
     stop = stop or threading.Event()
 

@@ -1,23 +1,24 @@
-"""The worker process's start-up, named by its command: `dramatiq tocsin.boot.worker:boot`.
+"""The worker process's bootstrap, named by its command: `dramatiq tocsin.boot.worker:boot`
+(tocsin/shell/processes.py WORKER_BROKER).
 
 Importing this module imports the `actors` package, which declares every actor (the worker
 runs only the actors its command imports); `boot` then reads the settings, once, and
-installs the broker those actors run on.
+installs the pool, the broker those actors run on and the after-commit effects.
 """
 
 from __future__ import annotations
 
 import actors  # noqa: F401  (declares every actor)
-from tocsin.core import runtime
+from tocsin import boot as bootstrap
 from tocsin.core.settings import load_settings
 from tocsin.messaging.broker import current_broker
 from tocsin.monitoring.metrics import install_endpoint
 
-WORKER_BROKER = "tocsin.boot.worker:boot"  # the broker argument of the worker command
+__all__ = ["boot"]
 
 
 def boot() -> None:
-    settings = runtime.start(load_settings())
-    runtime.start_messaging(settings)
+    settings = bootstrap.start(load_settings())
+    bootstrap.start_messaging(settings)
     install_endpoint(current_broker(), settings)  # the Prometheus endpoint, when one is set
-    runtime.tune_collector()
+    bootstrap.tune_collector()

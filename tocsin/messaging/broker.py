@@ -48,7 +48,7 @@ class _Placeholder(StubBroker):
     def enqueue(self, message: Any, *, delay: int | None = None) -> Any:
         raise BrokerNotInstalled(
             f"cannot enqueue {message.actor_name}: this process has not installed its broker "
-            "(tocsin.core.runtime.start_messaging)"
+            "(tocsin.boot.start_messaging)"
         )
 
 

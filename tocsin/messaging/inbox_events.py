@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import redis
 
-from db.platform.tenancy import TenantTx
 from tocsin.core.settings import Settings
 
 log = logging.getLogger("tocsin.messaging.inbox_events")
@@ -79,8 +78,9 @@ def configure_announcer(settings: Settings) -> None:
     _announcer = InboxAnnouncer(client, settings.dramatiq_namespace)
 
 
-def announce_committed_notifications(tx: TenantTx) -> None:
-    """After ``tx`` has committed (a commit listener, see db/platform/tenancy.py): name the users it
-    gave new notifications. Without a configured announcer the poll alone shows them."""
-    if tx.new_in_inbox and _announcer is not None:
-        _announcer.announce(tx.tenant.slug, tx.new_in_inbox)
+def announce(slug: str, user_ids: set[int]) -> None:
+    """Name the users a committed transaction gave new notifications (the AnnounceInbox
+    effect, wired by tocsin/boot/effects.py). Without a configured announcer the poll alone
+    shows them."""
+    if user_ids and _announcer is not None:
+        _announcer.announce(slug, user_ids)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from db.delivery.alerts import mark_published, take_unpublished
+from db.delivery.alerts import has_unpublished, mark_published, take_unpublished
 from db.platform.tenancy import tenant_tx
 from tocsin.core import runtime
 from tocsin.core.settings import Settings
@@ -36,29 +36,39 @@ def prepare_local_aws(settings: Settings) -> dict[str, str]:
     }
 
 
+# How long a publisher holds the alerts it took: far longer than publishing 100 of them takes.
+PUBLISH_HOLD_SECONDS = 120
+
+
 def publish_alerts(slug: str) -> int:
-    """Publish the tenant's unpublished alerts; the rows are locked while publishing and
-    marked in the same transaction, so concurrent sweepers publish each alert once."""
+    """Publish the tenant's unpublished alerts (the PublishAlerts effect after a sweep):
+    taken and held in one transaction, published to SNS with no transaction open, then
+    marked in another. Concurrent publishers skip each other's held alerts; one that dies
+    between the call and the mark leaves them to be published again once its hold runs out."""
     settings = runtime.settings()
+    if settings.ops_topic_arn is None:
+        with tenant_tx(slug) as tx:
+            waiting = has_unpublished(tx)
+        if waiting:
+            log.warning("tenant=%s ops alert(s) waiting: OPS_TOPIC_ARN is not set", slug)
+        return 0
     with tenant_tx(slug) as tx:
-        alerts = take_unpublished(tx)
-        if not alerts:
-            return 0
-        if settings.ops_topic_arn is None:
-            log.warning("tenant=%s %d ops alert(s) waiting: OPS_TOPIC_ARN is not set", slug, len(alerts))
-            return 0
-        client = sns(settings)
-        for alert in alerts:
-            client.publish(
-                TopicArn=settings.ops_topic_arn,
-                Subject=f"Tocsin {alert.kind.replace('_', ' ')}: tenant {slug}"[:100],
-                Message=f"Tenant {slug}: {alert.summary}",
-                MessageAttributes={
-                    "tenant": {"DataType": "String", "StringValue": slug},
-                    "kind": {"DataType": "String", "StringValue": alert.kind},
-                    "ref": {"DataType": "Number", "StringValue": str(alert.ref_id)},
-                },
-            )
+        alerts = take_unpublished(tx, PUBLISH_HOLD_SECONDS)
+    if not alerts:
+        return 0
+    client = sns(settings)
+    for alert in alerts:
+        client.publish(
+            TopicArn=settings.ops_topic_arn,
+            Subject=f"Tocsin {alert.kind.replace('_', ' ')}: tenant {slug}"[:100],
+            Message=f"Tenant {slug}: {alert.summary}",
+            MessageAttributes={
+                "tenant": {"DataType": "String", "StringValue": slug},
+                "kind": {"DataType": "String", "StringValue": alert.kind},
+                "ref": {"DataType": "Number", "StringValue": str(alert.ref_id)},
+            },
+        )
+    with tenant_tx(slug) as tx:
         mark_published(tx, [a.id for a in alerts])
     log.warning("tenant=%s published %d ops alert(s)", slug, len(alerts))
     return len(alerts)

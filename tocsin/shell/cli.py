@@ -8,7 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, timedelta
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from domain.delivery.states import UnknownPolicy
 from domain.errors import TocsinError
@@ -22,11 +22,33 @@ from domain.people.identity import (
     valid_zone,
 )
 from tocsin.core.clock import utcnow
-from tocsin.core.settings import ConfigError
+from tocsin.core.settings import ConfigError, Settings
 
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
 EXIT_DEGRADED = 3  # `tocsin status`: a queue has no live consumer or a tenant's sweep is overdue
+
+
+class Bootstrap(Protocol):
+    """What the CLI needs of its process's bootstrap (tocsin/boot/cli.py implements it):
+    the shell sits below the bootstrap and is handed it, never imports it."""
+
+    def start(self, settings: Settings) -> Settings: ...  # the settings and the pool
+    def start_messaging(self, settings: Settings) -> None: ...  # the broker and the effects
+    def run_web(self) -> None: ...
+    def run_clock(self) -> None: ...
+
+
+class _NotBooted:
+    def _refuse(self, *args: object) -> NoReturn:
+        raise RuntimeError("the tocsin command starts through its bootstrap (tocsin.boot.cli:main)")
+
+    start = start_messaging = run_web = run_clock = _refuse
+
+
+_boot: Bootstrap = _NotBooted()
+# The commands that start their own process (or none): every other one opens the database.
+SELF_STARTING = frozenset({"up", "web", "worker", "clock", "demo-events"})
 
 
 class Parser(argparse.ArgumentParser):
@@ -208,14 +230,14 @@ def _chosen_tenants(slug: str | None) -> list[str]:
 
 
 def _messaging() -> None:
-    """For a command that enqueues work: the broker and the after-commit wake-ups."""
+    """For a command that enqueues work: the broker and the after-commit effects."""
     from tocsin.core import runtime
 
-    runtime.start_messaging(runtime.settings())
+    _boot.start_messaging(runtime.settings())
 
 
 def cmd_scan(args: argparse.Namespace) -> None:
-    from actors.scan import run_scan
+    from db.notices.scan import run_scan
 
     _messaging()
 
@@ -259,7 +281,7 @@ def cmd_ledger(args: argparse.Namespace) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
-    from actors.sweep import run_sweep
+    from db.delivery.sweep import run_sweep
 
     _messaging()
 
@@ -271,7 +293,8 @@ def cmd_sweep(args: argparse.Namespace) -> None:
              f"(retry {r.leases.retried}, unknown {r.leases.unknown}, failed {r.leases.failed}), "
              f"unknown confirmed {r.reconciled.confirmed}, resent {r.reconciled.resent}, "
              f"held {r.reconciled.held}, claims repaired {r.repaired}, emails enqueued {r.enqueued}, "
-             f"alerts raised {r.alerts_raised}, published {r.alerts_published}")
+             f"alerts raised {r.alerts_raised}"
+             + (", alerts published after the sweep" if r.alerts_waiting else ""))
 
 
 def cmd_stuck(args: argparse.Namespace) -> None:
@@ -379,13 +402,11 @@ def cmd_events_status(args: argparse.Namespace) -> None:
 def cmd_up(args: argparse.Namespace) -> None:
     from tocsin.shell.processes import run_everything
 
-    run_everything(demo=args.demo)
+    run_everything(_boot.start, demo=args.demo)
 
 
 def cmd_web(args: argparse.Namespace) -> None:
-    from tocsin.shell.processes import run_web
-
-    run_web()
+    _boot.run_web()
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
@@ -395,9 +416,7 @@ def cmd_worker(args: argparse.Namespace) -> None:
 
 
 def cmd_clock(args: argparse.Namespace) -> None:
-    from tocsin.boot.clock import run_clock
-
-    run_clock()
+    _boot.run_clock()
 
 
 # --- parser ---------------------------------------------------------------------------
@@ -517,13 +536,19 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None, boot: Bootstrap) -> None:
+    """Run one command with ``boot`` as its process's bootstrap."""
+    global _boot
+    _boot = boot
     args = build_parser().parse_args(argv)
     from db.platform.errors import DatabaseUnavailable
+    from tocsin.core import runtime
     from tocsin.messaging.queues import QueuesUnavailable
     from tocsin.shell.services import ServiceError
 
     try:
+        if args.command not in SELF_STARTING:
+            boot.start(runtime.settings())  # read once; the pool opens on the first statement
         args.handler(args)
     except (DatabaseUnavailable, QueuesUnavailable, ServiceError) as error:
         print(f"tocsin: error: {_one_line(error)}", file=sys.stderr)
@@ -533,7 +558,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()

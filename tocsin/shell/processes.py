@@ -11,18 +11,14 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from tocsin.core import runtime
 from tocsin.core.keys import kept_session_secret, require_strong_secret
-from tocsin.core.settings import load_secrets, load_settings, worker_metrics_address
+from tocsin.core.settings import Settings, load_secrets, load_settings, worker_metrics_address
 from tocsin.shell.services import start_embedded, wants_local_aws
 
-# Seconds a stopping web process waits for open requests: open inbox event streams never
-# finish by themselves, and their browsers reconnect to the next process anyway.
-WEB_GRACEFUL_SHUTDOWN = 5
 # A worker that keeps dying at once (a bad deploy, Redis refusing) is not restarted forever:
 # this many unasked exits within the window end `tocsin worker` with an error.
 WORKER_CRASH_LIMIT = 5
@@ -32,28 +28,9 @@ WORKER_RESTART_BACKOFF = 1.0  # seconds, times the number of recent crashes
 log = logging.getLogger("tocsin.worker")
 
 
-def run_web() -> None:
-    import uvicorn
-
-    from portal.app import create_app
-    from portal.redaction import install_log_redaction
-
-    settings = load_settings()  # once for the process: the app is built from these
-    require_strong_secret(settings)  # one line and exit 2 (tocsin.shell.cli), before any socket opens
-    install_log_redaction()  # before uvicorn logs its first line
-    # uvicorn's own proxy headers off: it would believe X-Forwarded-For from 127.0.0.1 by
-    # default; the portal reads the header only from TRUSTED_PROXIES (portal.client_address).
-    app = create_app(settings)
-    # The modules, templates and app built at start-up live as long as the process: kept out
-    # of the collector's generations, so a full collection (every few batches of events, whose
-    # 500 events are ~50,000 objects) no longer walks them all (a fifth of a batch's CPU).
-    runtime.tune_collector()
-    uvicorn.run(
-        app, host=settings.web_host, port=settings.web_port,
-        log_level="info", proxy_headers=False, timeout_graceful_shutdown=WEB_GRACEFUL_SHUTDOWN,
-    )
-
-
+# The worker command's broker argument: the worker's bootstrap, which imports every actor
+# (the worker runs only the actors its command imports) and installs their broker.
+WORKER_BROKER = "tocsin.boot.worker:boot"
 IDLE_POLL = "dramatiq_worker_timeout"  # Dramatiq reads this variable (lower case) at import
 IDLE_POLL_MS = "100"  # milliseconds an idle worker thread waits before looking at its queue again
 
@@ -69,7 +46,6 @@ def run_worker(processes: int, threads: int, queues: Sequence[str] = ()) -> int:
     as a process manager in production would, and gives up (non-zero) only when it keeps
     crashing at once.
     """
-    from tocsin.boot.worker import WORKER_BROKER
     from tocsin.monitoring.metrics import endpoint_environment, remove_sample_directory, sample_directory
 
     # It signs the unsubscribe links of every email. Only the secrets are read here: the
@@ -172,10 +148,11 @@ def _why_no_demo(demo: bool | None) -> str:
             "(its published password must not reach it; add --demo to seed it anyway).")
 
 
-def run_everything(demo: bool | None = None) -> None:
+def run_everything(start: Callable[[Settings], Settings], demo: bool | None = None) -> None:
     """`make run`: start what the environment does not name, migrate, seed the demo tenant
     (only into a PostgreSQL it started itself, unless ``demo`` says otherwise), then run
-    web, worker and clock under honcho until Ctrl-C."""
+    web, worker and clock under honcho until Ctrl-C. ``start`` is the CLI bootstrap's
+    (tocsin.boot.start): this process's settings and pool, once the services are known."""
     procfile = _procfile()
     home = Path(os.environ.get("TOCSIN_HOME", ".tocsin")).resolve()
     print(f"Starting Tocsin (state in {home}) ...", flush=True)
@@ -192,7 +169,7 @@ def run_everything(demo: bool | None = None) -> None:
                 env["SESSION_SECRET"] = kept_session_secret(home)
         else:
             env.pop("TOCSIN_EMBEDDED", None)
-        settings = runtime.start(load_settings(env))
+        settings = start(load_settings(env))
         require_strong_secret(settings)  # before anything is written to a database we did not start
         seed = services.started_postgres if demo is None else demo
         from db.platform.migrations import migrate_all

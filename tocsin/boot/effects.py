@@ -1,0 +1,33 @@
+"""How this process carries out the effects a committed tenant transaction asked for
+(db/platform/effects.py): each kind to the actor, publisher or announcer that does it.
+Installed by `tocsin.boot.start_messaging`; a process that never installs them (the CLI's
+migrate, a unit test) leaves the rows to the sweeper."""
+
+from __future__ import annotations
+
+from actors.email import send_deliveries
+from actors.prepare import send_claims
+from actors.relay import wake
+from db.platform.effects import AnnounceInbox, PrepareClaims, PublishAlerts, SendEmails, WakeRelay, handle
+from tocsin.core.settings import Settings
+from tocsin.messaging.inbox_events import announce
+from tocsin.monitoring.ops_alerts import publish_alerts
+
+__all__ = ["install_effects"]
+
+
+def install_effects(settings: Settings) -> None:
+    handle(SendEmails, lambda slug, effect: send_deliveries(slug, effect.delivery_ids))
+    handle(AnnounceInbox, lambda slug, effect: announce(slug, effect.user_ids))
+    handle(PrepareClaims, lambda slug, effect: send_claims(slug, effect.claims))
+    handle(PublishAlerts, lambda slug, effect: _discard(publish_alerts(slug)))
+    if settings.events_wakeup:
+        handle(WakeRelay, lambda slug, effect: wake(slug))
+    else:
+        from db.platform.effects import stop_handling
+
+        stop_handling(WakeRelay)
+
+
+def _discard(count: int) -> None:
+    """The publisher logs its count itself."""

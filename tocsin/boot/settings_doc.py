@@ -1,0 +1,196 @@
+"""Render docs/operations/configuration.md from the settings classes.
+
+    python -m tocsin.boot.settings_doc [PATH]      # or: make settings-doc
+    python -m tocsin.boot.settings_doc --check     # exit 1 when PATH is not what it would write
+
+The variables are the ones the loaders really read (each loader runs on a recording
+environment), their types are the settings fields' annotations, their defaults what the
+loader gives when they are unset, and their meaning the entries of
+tocsin.core.settings_docs. It lives here, with the bootstraps, because it reads both the
+processes' settings (tocsin.core.settings) and the web process's own (portal.settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+from portal.settings import PortalSettings, load_portal_settings
+from tocsin.core.settings import Settings, load_settings
+from tocsin.core.settings_docs import OTHER_VARIABLES, PORTAL_SETTINGS_DOCS, SETTINGS_DOCS, SettingDoc
+
+__all__ = ["UndocumentedSetting", "render", "variables_read"]
+
+PAGE = Path("docs/operations/configuration.md")
+# The two variables load_settings refuses to go without; any well-formed value will do.
+REQUIRED = {"DATABASE_URL": "postgresql://db.invalid/tocsin", "REDIS_URL": "redis://redis.invalid:6379/0"}
+
+
+class UndocumentedSetting(Exception):
+    """A variable is read with no entry in tocsin.core.settings_docs, or an entry names a
+    field the settings class does not have."""
+
+
+class _RecordingEnvironment(Mapping[str, str]):
+    """An environment holding only `values` that remembers every name it was asked for."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        self._values = dict(values)
+        self.asked: list[str] = []
+
+    def _note(self, name: str) -> None:
+        if name not in self.asked:
+            self.asked.append(name)
+
+    def __getitem__(self, name: str) -> str:
+        self._note(name)
+        return self._values[name]
+
+    def get(self, name: str, default: object = None) -> object:  # type: ignore[override]
+        self._note(name)
+        return self._values.get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        if isinstance(name, str):
+            self._note(name)
+        return name in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+def variables_read(load: Callable[[Mapping[str, str]], object]) -> tuple[list[str], object]:
+    """The names `load` asks its environment for, in order, and what it returns when only
+    the required ones are set."""
+    env = _RecordingEnvironment(REQUIRED)
+    loaded = load(env)
+    return env.asked, loaded
+
+
+def _load_process_settings(env: Mapping[str, str]) -> Settings:
+    return load_settings(env)
+
+
+def _load_portal_settings(env: Mapping[str, str]) -> PortalSettings:
+    return load_portal_settings("http://127.0.0.1:8000", env)
+
+
+def _type(annotation: object) -> str:
+    text = str(annotation)
+    if text.endswith(" | None"):
+        return f"`{text.removesuffix(' | None')}`, optional"
+    return f"`{text}`"
+
+
+def _default(value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "`on`" if value else "`off`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    if isinstance(value, frozenset | tuple):
+        items = sorted(value) if isinstance(value, frozenset) else list(value)
+        return f"`{','.join(map(str, items))}`" if items else "empty"
+    if value == "":
+        return "empty"
+    return f"`{value}`"
+
+
+def _rows(
+    load: Callable[[Mapping[str, str]], object], docs: Mapping[str, SettingDoc]
+) -> Iterator[str]:
+    names, loaded = variables_read(load)
+    assert dataclasses.is_dataclass(loaded)
+    by_name = {f.name: f for f in dataclasses.fields(loaded)}
+    missing = [name for name in names if name not in docs]
+    if missing:
+        raise UndocumentedSetting(
+            f"no description for {', '.join(missing)}: add it to tocsin/core/settings_docs.py"
+        )
+    for name in names:
+        doc = docs[name]
+        field_name = doc.field or name.lower()
+        if field_name not in by_name:
+            raise UndocumentedSetting(
+                f"{name}: {type(loaded).__name__} has no field {field_name!r} "
+                "(give the entry in tocsin/core/settings_docs.py its field=)"
+            )
+        field = by_name[field_name]
+        default = doc.default or _default(getattr(loaded, field_name))
+        yield f"| `{name}` | {_type(field.type)} | {default} | {doc.description} |"
+
+
+HEADER = "| variable | type | default | meaning |\n|---|---|---|---|"
+
+
+def render() -> str:
+    """The configuration page, as `make settings-doc` writes it."""
+    lines = [
+        "# Configuration",
+        "",
+        "<!-- Generated by `make settings-doc` (python -m tocsin.boot.settings_doc) from the",
+        "     settings classes and tocsin/core/settings_docs.py. Do not edit: edit those and",
+        "     run the generator; tests/unit/test_settings_doc.py fails while they differ. -->",
+        "",
+        "Every process reads its settings once, at start-up, from the environment, into a",
+        "typed, frozen object. A malformed value stops the process with the variable's name;",
+        "secrets never appear in its `repr`. `tocsin up` fills in what the embedded services",
+        "need (see [Production and brokers](production.md)).",
+        "",
+        "## Every process",
+        "",
+        "Read by `load_settings` in `tocsin/core/settings.py` (class `Settings`): the web,",
+        "worker and clock processes and the `tocsin` command.",
+        "",
+        HEADER,
+        *_rows(_load_process_settings, SETTINGS_DOCS),
+        "",
+        "## Web processes",
+        "",
+        "Read by `load_portal_settings` in `portal/settings.py` (class `PortalSettings`), beside",
+        "the above. The budgets are per web process; see [Security](security.md).",
+        "",
+        HEADER,
+        *_rows(_load_portal_settings, PORTAL_SETTINGS_DOCS),
+        "",
+        "## Elsewhere",
+        "",
+        "| variable | meaning |",
+        "|---|---|",
+        *(f"| `{name}` | {text} |" for name, text in OTHER_VARIABLES.items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tocsin.boot.settings_doc", description=__doc__)
+    parser.add_argument("path", nargs="?", type=Path, default=PAGE, help=f"default: {PAGE}")
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 on a difference")
+    args = parser.parse_args(argv)
+    try:
+        page = render()
+    except UndocumentedSetting as error:
+        print(f"settings-doc: {error}", file=sys.stderr)
+        return 2
+    path: Path = args.path
+    if args.check:
+        if not path.exists() or path.read_text() != page:
+            print(f"settings-doc: {path} is out of date; run `make settings-doc`", file=sys.stderr)
+            return 1
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page)
+    print(f"settings-doc: wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
