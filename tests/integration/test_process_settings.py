@@ -17,6 +17,7 @@ PRODUCT = ("actors", "db", "domain", "portal", "tocsin")
 READS_SETTINGS = {
     "tocsin/core/runtime.py", "tocsin/shell/processes.py", "tocsin/boot/worker.py", "tocsin/boot/clock.py",
     "tocsin/boot/web.py", "tocsin/core/settings.py",
+    "tocsin/boot/settings_doc.py",  # runs the loaders on a recording environment to document them
 }
 
 
