@@ -42,15 +42,15 @@ MAX_RETRIES = 4  # Dramatiq retries after the first run; PREPARE_MAX_ATTEMPTS bo
 # backlog is prepared from the product's queue, beside the other products' work.
 INLINE_MAX_CLAIMS = 20
 # After a preparation of a tenant's product failed in the evaluating worker, that product's
-# claims take the queue (retried there with backoff) for this long: a poison product costs
-# the relay one failed attempt per pause, not one per batch.
-INLINE_PAUSE_SECONDS = 60.0
+# claims take the queue (retried there with backoff) for PREPARE_INLINE_PAUSE_SECONDS: a
+# poison product costs the relay one failed attempt per pause, not one per batch.
 
 
 # Declared on the shared queue (the literal is SHARED_QUEUE: tests/integration/
 # test_worker_registry.py reads it from the source); send_preparation picks the product's.
-@dramatiq.actor(queue_name="prepare_other", max_retries=MAX_RETRIES, min_backoff=1_000,  # milliseconds
-                max_backoff=30_000, time_limit=2 * 60_000)  # milliseconds
+# Its backoff comes with each message (PREPARE_BACKOFF_MIN/MAX_SECONDS, see send_preparation).
+@dramatiq.actor(queue_name="prepare_other", max_retries=MAX_RETRIES,
+                time_limit=2 * 60_000)  # milliseconds
 def prepare_notices(slug: str, ledger_ids: list[int]) -> None:
     ids = [int(i) for i in ledger_ids]
     try:
@@ -85,8 +85,13 @@ def send_claims(slug: str, claims: list[tuple[str, int]]) -> None:
 
 def send_preparation(slug: str, product: str, ledger_ids: list[int]) -> None:
     """Enqueue the preparation of these claims of one product on that product's queue."""
-    queue = preparation_queue(product, runtime.settings().product_queues)
-    message = prepare_notices.message(slug, sorted(ledger_ids)).copy(queue_name=queue)
+    settings = runtime.settings()
+    queue = preparation_queue(product, settings.product_queues)
+    message = prepare_notices.message_with_options(
+        args=(slug, sorted(ledger_ids)),
+        min_backoff=round(settings.prepare_backoff_min_seconds * 1000),  # milliseconds
+        max_backoff=round(settings.prepare_backoff_max_seconds * 1000),  # milliseconds
+    ).copy(queue_name=queue)
     prepare_notices.broker.enqueue(message)
 
 
@@ -110,7 +115,8 @@ def prepare_or_send(slug: str, claims: list[tuple[str, int]]) -> None:
                 report = prepare_rule_claims(tx, sorted(ledger_ids))
         except Exception as error:
             with _inline_lock:
-                _inline_paused[(slug, product)] = time.monotonic() + INLINE_PAUSE_SECONDS
+                _inline_paused[(slug, product)] = (
+                    time.monotonic() + runtime.settings().prepare_inline_pause_seconds)
             if isinstance(error, PreparationFailed):
                 _record(slug, error.ledger_id, error.reason)
             else:

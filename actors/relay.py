@@ -167,7 +167,8 @@ def wake_for_host_commits(stop: threading.Event) -> None:
     through tocsin.shell.outbox.record_event (its notification arrives only once the host's
     transaction has committed). Run by the clock, one listener per clock; two clocks only
     send a wake-up twice, which the wake-up flag folds into one message."""
-    ready_tenants(runtime.settings().database_url, wake, stop,
+    settings = runtime.settings()
+    ready_tenants(settings.database_url, wake, stop, retry_seconds=settings.events_listen_retry_seconds,
                   on_listening=lambda: log.info("listening for events committed by hosts"))
 
 

@@ -6,6 +6,15 @@ unless SES_ENDPOINT_URL names one: the suite never talks to real AWS. Each run u
 own Dramatiq namespace, so a shared Redis carries no messages between runs. With
 BROKER_URL set (`make test-rabbitmq`) the run uses a RabbitMQ vhost of its own, made for it
 and deleted after it (tests/support/rabbitmq.py).
+
+Under pytest-xdist (`make test` runs `pytest -n ...`) the controlling process starts only
+PostgreSQL; each worker process makes a database of its own on it (dropped and made afresh
+at every run) and starts its own Redis and local SES endpoint, since tests flush Redis,
+reset the SES endpoint and count sign-in failures per address. Tests that share a portal
+server or a Chromium run on one worker (the xdist_group marks below).
+
+The suite hashes passwords at the low cost (PASSWORD_HASH_COST=low), which the settings
+accept only beside TOCSIN_TESTING=1; the PostgreSQL it starts itself skips fsync.
 """
 
 from __future__ import annotations
@@ -15,32 +24,95 @@ import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _services = None
 _rabbitmq_vhost: tuple[str, str] | None = None  # (the given BROKER_URL, this run's vhost)
+_worker_database_url: tuple[str, str] | None = None  # (the server's URL, this xdist worker's database)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if _hands_tests_to_workers(config):
+        _start_shared_postgres()
+        return
     if not os.environ.get("TOCSIN_TEST_SERVICES_READY"):
-        _start_services()
+        _start_services(os.environ.get("PYTEST_XDIST_WORKER"))
     # Fixtures that import the app (and so need the settings): registered only now.
     config.pluginmanager.import_plugin("tests.integration.portal_support")
 
 
-def _start_services() -> None:
+def _hands_tests_to_workers(config: pytest.Config) -> bool:
+    """This process is pytest-xdist's controller: it runs no test itself."""
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def _test_home() -> Path:
+    return Path(os.environ.get("TOCSIN_TEST_HOME", ROOT / ".tocsin" / "test"))
+
+
+def _start_shared_postgres() -> None:
+    """The xdist controller's only service: the PostgreSQL its workers make databases on."""
     global _services
     from tocsin.shell.services import start_embedded
 
-    home = Path(os.environ.get("TOCSIN_TEST_HOME", ROOT / ".tocsin" / "test"))
+    # Named, so that start_embedded leaves them to the workers: each starts its own.
+    _services = start_embedded(_test_home(), {**os.environ, "REDIS_URL": "-", "SES_ENDPOINT_URL": "-"})
+    os.environ.update(_services.env)
+    if _services.started_postgres:
+        _commit_without_fsync(os.environ["DATABASE_URL"])
+
+
+def _commit_without_fsync(url: str) -> None:
+    """The suite's own PostgreSQL does not wait for the disk at each commit (a third of a
+    tenant's creation went to it). Only a power cut could lose what it wrote, never a crash
+    of PostgreSQL (the written WAL stays in the kernel's cache); the test that restarts
+    PostgreSQL in immediate mode starts a server of its own with the defaults."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("ALTER SYSTEM SET full_page_writes = off")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def _worker_database(server: str, worker: str) -> str:
+    """A database of this xdist worker's own on the shared server, empty at each run: the
+    sweeps and scans of one worker's tests never see another's tenants."""
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(server)
+    name = f"{parts.path.lstrip('/') or 'postgres'}_{worker}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def _start_services(worker: str | None) -> None:
+    global _services, _worker_database_url
+    from tocsin.shell.services import start_embedded
+
+    home = _test_home() if worker is None else _test_home() / worker
     env = dict(os.environ)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_ROLE_ARN"):
         env.pop(name, None)
         os.environ.pop(name, None)
     _services = start_embedded(home, env)
     os.environ.update(_services.env)
+    if _services.started_postgres:
+        _commit_without_fsync(os.environ["DATABASE_URL"])
+    if worker is not None:
+        _worker_database_url = (os.environ["DATABASE_URL"],
+                                _worker_database(os.environ["DATABASE_URL"], worker))
+        os.environ["DATABASE_URL"] = _worker_database_url[1]
+    # Cheap password hashes (a standard one costs a third of a second of a core here); the
+    # settings refuse the low cost without the marker.
+    os.environ["TOCSIN_TESTING"] = "1"
+    os.environ.setdefault("PASSWORD_HASH_COST", "low")
     os.environ.setdefault("MAIL_FROM", "Tocsin Tests <notifications@tocsin.example>")
     # Tests that are about the send rate set their own limiter; the rest should not wait.
     os.environ.setdefault("SES_MAX_SEND_RATE", "1000")
@@ -93,6 +165,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         from db.platform.pool import close_pool
 
         close_pool()
+        if _worker_database_url is not None:
+            _drop_database(*_worker_database_url)
         _services.stop()
     if _rabbitmq_vhost is not None:
         from tests.support.rabbitmq import delete_vhost
@@ -100,3 +174,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
         current_broker().close()
         delete_vhost(*_rabbitmq_vhost)
+
+
+def _drop_database(server: str, database: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    name = urlsplit(database).path.lstrip("/")
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For pytest-xdist's --dist loadgroup: the browser tests share one worker (one portal
+    server, one Chromium), and so do the system tests (their stacks run one at a time, as
+    they did before, each with every core it may need); the others go wherever a worker is
+    free."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        tier = Path(str(item.path)).relative_to(ROOT / "tests").parts[0]
+        if tier in ("browser", "system"):
+            item.add_marker(pytest.mark.xdist_group(tier))

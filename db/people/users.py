@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import cache
 
 import psycopg
 from argon2 import PasswordHasher
@@ -13,10 +14,28 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from db.platform.tenancy import TenantTx
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.people.identity import Role, valid_email, valid_name
+from tocsin.core import runtime
+from tocsin.core.settings import PasswordHashCost
 
-_hasher = PasswordHasher()
-# Verified against when the email is unknown, so a wrong email costs as much as a wrong password.
-_DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
+# argon2id parameters per PASSWORD_HASH_COST; a stored hash is verified with its own.
+_LOW_COST = {"time_cost": 1, "memory_cost": 1024, "parallelism": 1}  # passes, KiB, lanes
+
+
+@cache
+def _hasher_for(cost: PasswordHashCost) -> tuple[PasswordHasher, str]:
+    """The hasher, and the hash verified against when the email is unknown (so a wrong email
+    costs as much as a wrong password)."""
+    hasher = PasswordHasher(**_LOW_COST) if cost is PasswordHashCost.LOW else PasswordHasher()
+    return hasher, hasher.hash(secrets.token_urlsafe(16))
+
+
+def _hasher() -> PasswordHasher:
+    return _hasher_for(runtime.settings().password_hash_cost)[0]
+
+
+def _dummy_hash() -> str:
+    return _hasher_for(runtime.settings().password_hash_cost)[1]
+
 PASSWORD_MIN_LENGTH = 8  # characters
 PASSWORD_MAX_LENGTH = 1024  # characters; longer is not a password anyone types
 
@@ -80,7 +99,7 @@ def create_user(
             row = tx.conn.execute(
                 f"INSERT INTO users (email, display_name, role, client_id, password_hash) "
                 f"VALUES (%s, %s, %s, %s, %s) RETURNING {_COLUMNS}",
-                [email, name, role.value, client_id, _hasher.hash(password)],
+                [email, name, role.value, client_id, _hasher().hash(password)],
             ).fetchone()
     except psycopg.errors.UniqueViolation:
         raise Conflict(f"a user with email {email!r} exists already") from None
@@ -92,7 +111,7 @@ def spend_a_password_check(password: str) -> None:
     """Do the work of one failed password check, for callers refusing a sign-in before any
     user is found (an unknown organisation), so timing does not tell what exists."""
     with suppress(VerificationError, InvalidHashError):
-        _hasher.verify(_DUMMY_HASH, password or "-")
+        _hasher().verify(_dummy_hash(), password or "-")
 
 
 def authenticate(tx: TenantTx, email: str, password: str) -> User | None:
@@ -101,9 +120,9 @@ def authenticate(tx: TenantTx, email: str, password: str) -> User | None:
         f"SELECT {_COLUMNS}, password_hash FROM users WHERE lower(email) = lower(%s)",
         [email.strip()],
     ).fetchone()
-    stored = str(row[6]) if row is not None and row[6] is not None else _DUMMY_HASH
+    stored = str(row[6]) if row is not None and row[6] is not None else _dummy_hash()
     try:
-        _hasher.verify(stored, password)
+        _hasher().verify(stored, password)
     except (VerificationError, InvalidHashError):
         return None
     if row is None:
@@ -122,7 +141,7 @@ def set_password(tx: TenantTx, user_id: int, password: str) -> User:
     row = tx.conn.execute(
         f"UPDATE users SET password_hash = %s WHERE id = %s AND deactivated_at IS NULL "
         f"AND role <> 'contact' RETURNING {_COLUMNS}",
-        [_hasher.hash(valid_password(password)), user_id],
+        [_hasher().hash(valid_password(password)), user_id],
     ).fetchone()
     if row is None:
         raise NotFound(f"no active user {user_id}")

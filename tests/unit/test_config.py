@@ -2,7 +2,7 @@
 
 import pytest
 
-from tocsin.core.settings import ConfigError, load_settings
+from tocsin.core.settings import ConfigError, PasswordHashCost, load_settings
 
 BASE = {"DATABASE_URL": "postgresql://u@h/db", "REDIS_URL": "redis://h:6379/0"}
 
@@ -75,3 +75,31 @@ def test_a_broker_url_that_is_not_rabbitmqs_is_refused_without_showing_its_passw
 def test_the_repr_shows_the_broker_url_without_its_password() -> None:
     shown = repr(load_settings({**BASE, "BROKER_URL": "amqp://tocsin:rabbit-s3cr3t@mq:5672/prod"}))
     assert "rabbit-s3cr3t" not in shown and "broker_url='amqp://tocsin:***@mq:5672/prod'" in shown
+
+
+def test_the_backoff_pause_and_listen_retry_default_to_production_values_and_are_checked() -> None:
+    settings = load_settings(BASE)
+    assert (settings.prepare_backoff_min_seconds, settings.prepare_backoff_max_seconds) == (1.0, 30.0)
+    assert settings.prepare_inline_pause_seconds == 60.0
+    assert settings.events_listen_retry_seconds == 2.0
+    short = load_settings({**BASE, "PREPARE_BACKOFF_MIN_SECONDS": "0.2", "PREPARE_BACKOFF_MAX_SECONDS": "1",
+                           "PREPARE_INLINE_PAUSE_SECONDS": "3", "EVENTS_LISTEN_RETRY_SECONDS": "0.5"})
+    assert (short.prepare_backoff_min_seconds, short.prepare_backoff_max_seconds) == (0.2, 1.0)
+    assert (short.prepare_inline_pause_seconds, short.events_listen_retry_seconds) == (3.0, 0.5)
+    with pytest.raises(ConfigError, match="PREPARE_BACKOFF_MAX_SECONDS .* at least PREPARE_BACKOFF_MIN_SECONDS"):
+        load_settings({**BASE, "PREPARE_BACKOFF_MIN_SECONDS": "5", "PREPARE_BACKOFF_MAX_SECONDS": "2"})
+    for name in ("PREPARE_INLINE_PAUSE_SECONDS", "EVENTS_LISTEN_RETRY_SECONDS", "PREPARE_BACKOFF_MIN_SECONDS"):
+        with pytest.raises(ConfigError, match=f"{name} must be greater than 0"):
+            load_settings({**BASE, name: "0"})
+
+
+def test_the_low_password_hash_cost_is_refused_without_the_test_suites_marker() -> None:
+    assert load_settings(BASE).password_hash_cost is PasswordHashCost.STANDARD
+    with pytest.raises(ConfigError, match="PASSWORD_HASH_COST=low .* test suite only .*TOCSIN_TESTING=1"):
+        load_settings({**BASE, "PASSWORD_HASH_COST": "low"})
+    with pytest.raises(ConfigError, match="PASSWORD_HASH_COST=low"):
+        load_settings({**BASE, "PASSWORD_HASH_COST": "low", "TOCSIN_TESTING": "yes"})
+    with pytest.raises(ConfigError, match="PASSWORD_HASH_COST must be standard or low, got 'cheap'"):
+        load_settings({**BASE, "PASSWORD_HASH_COST": "cheap", "TOCSIN_TESTING": "1"})
+    testing = load_settings({**BASE, "PASSWORD_HASH_COST": "low", "TOCSIN_TESTING": "1"})
+    assert testing.password_hash_cost is PasswordHashCost.LOW

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,6 +25,15 @@ class ConfigError(Exception):
 SECRET_FIELDS = frozenset({"aws_secret_access_key", "session_secret", "previous_session_secrets"})
 # Published in the source: tocsin.core.keys refuses it outside the embedded services.
 DEV_SESSION_SECRET = "dev-only-session-secret-change-me"
+# Set only by the test suite: the one place a setting that weakens security may be chosen.
+TESTING_MARKER = "TOCSIN_TESTING"
+
+
+class PasswordHashCost(StrEnum):
+    """The work of one argon2id password hash (db/people/users.py)."""
+
+    STANDARD = "standard"  # RFC 9106's low-memory profile: 64 MiB, 3 passes, 4 lanes
+    LOW = "low"  # 1 MiB, 1 pass, 1 lane: a stolen hash is cheap to crack; the test suite only
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,18 @@ class Settings:
     relay_max_attempts: int = 10
     relay_breaker_failures: int = 3
     relay_breaker_reset_seconds: int = 30
+    # Seconds before the clock listens again for hosts' commits after its connection failed
+    # (db/events/ready_events.py); meanwhile the polling fallback finds their events.
+    events_listen_retry_seconds: float = 2.0
+    # Dramatiq's backoff for a preparation message that failed (actors/prepare.py), in
+    # seconds: the first retry waits about the minimum, each next one twice as long, none
+    # longer than the maximum.
+    prepare_backoff_min_seconds: float = 1.0
+    prepare_backoff_max_seconds: float = 30.0
+    # Seconds a tenant's product takes the queue (with its backoff) after a preparation
+    # failed in the relay's own worker, so a poison product costs one failure per pause.
+    prepare_inline_pause_seconds: float = 60.0
+    password_hash_cost: PasswordHashCost = PasswordHashCost.STANDARD
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -121,6 +143,31 @@ def env_float(env: Mapping[str, str], name: str, default: float) -> float:
     if not value > 0:
         raise ConfigError(f"{name} must be greater than 0, got {raw}")
     return value
+
+
+def _backoff(env: Mapping[str, str]) -> tuple[float, float]:
+    low = env_float(env, "PREPARE_BACKOFF_MIN_SECONDS", 1.0)
+    high = env_float(env, "PREPARE_BACKOFF_MAX_SECONDS", 30.0)
+    if high < low:
+        raise ConfigError(f"PREPARE_BACKOFF_MAX_SECONDS ({high:g}) must be at least "
+                          f"PREPARE_BACKOFF_MIN_SECONDS ({low:g})")
+    return low, high
+
+
+def _password_hash_cost(env: Mapping[str, str]) -> PasswordHashCost:
+    """Nothing in the settings tells a test run from a deployment (the suite runs the
+    product under the production policy), so the low cost needs the suite's own marker."""
+    raw = env.get("PASSWORD_HASH_COST", "").strip().lower() or PasswordHashCost.STANDARD.value
+    try:
+        cost = PasswordHashCost(raw)
+    except ValueError:
+        raise ConfigError(f"PASSWORD_HASH_COST must be standard or low, got {raw!r}") from None
+    if cost is PasswordHashCost.LOW and env.get(TESTING_MARKER) != "1":
+        raise ConfigError(
+            "PASSWORD_HASH_COST=low makes stolen password hashes cheap to crack: it is for the "
+            f"test suite only ({TESTING_MARKER}=1); unset it to use the standard cost"
+        )
+    return cost
 
 
 def _topic_arns(env: Mapping[str, str], name: str) -> frozenset[str]:
@@ -234,6 +281,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError("DATABASE_URL must be a postgresql:// URL")
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("REDIS_URL must be a redis:// URL")
+    backoff = _backoff(env)
     return Settings(
         database_url=database_url,
         redis_url=redis_url,
@@ -275,4 +323,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         relay_max_attempts=env_int(env, "RELAY_MAX_ATTEMPTS", 10),
         relay_breaker_failures=env_int(env, "RELAY_BREAKER_FAILURES", 3),
         relay_breaker_reset_seconds=env_int(env, "RELAY_BREAKER_RESET_SECONDS", 30),
+        events_listen_retry_seconds=env_float(env, "EVENTS_LISTEN_RETRY_SECONDS", 2.0),
+        prepare_backoff_min_seconds=backoff[0],
+        prepare_backoff_max_seconds=backoff[1],
+        prepare_inline_pause_seconds=env_float(env, "PREPARE_INLINE_PAUSE_SECONDS", 60.0),
+        password_hash_cost=_password_hash_cost(env),
     )
