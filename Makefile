@@ -56,8 +56,12 @@ chromium:
 	    echo "The browser tests need Chromium: sudo apt-get install chromium"; exit 1; \
 	  fi; }
 
+# The whole suite over TEST_WORKERS processes (pytest-xdist; tests/conftest.py gives each its
+# own database, Redis and local SES endpoint, and keeps the browser and the system tests on
+# one worker each), then its 15 slowest tests. Plain `pytest` runs it in one process.
+TEST_WORKERS ?= 3
 test: lint chromium
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The fuzz tests with a large budget (`make test` runs them with FUZZ_REQUESTS=300): prints
 # the number of generated requests and of responses of 500 or more (the goal is none).

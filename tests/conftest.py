@@ -24,12 +24,16 @@ import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+if TYPE_CHECKING:
+    from tocsin.shell.services import EmbeddedServices
+
 ROOT = Path(__file__).resolve().parent.parent
-_services = None
+_services: EmbeddedServices | None = None
 _rabbitmq_vhost: tuple[str, str] | None = None  # (the given BROKER_URL, this run's vhost)
 _worker_database_url: tuple[str, str] | None = None  # (the server's URL, this xdist worker's database)
 
@@ -56,26 +60,40 @@ def _test_home() -> Path:
 def _start_shared_postgres() -> None:
     """The xdist controller's only service: the PostgreSQL its workers make databases on."""
     global _services
+    # Named, so that start_embedded leaves them to the workers: each starts its own.
+    _services = _start_embedded(_test_home(), {**os.environ, "REDIS_URL": "-", "SES_ENDPOINT_URL": "-"})
+    os.environ.update(_services.env)
+
+
+# The suite's own PostgreSQL does not wait for the disk at each commit (a third of a
+# tenant's creation waited on it): only a power cut could lose what it wrote, never a crash of
+# PostgreSQL (the written WAL stays in the kernel's cache), and the test that restarts
+# PostgreSQL in immediate mode starts a server of its own with the defaults. It also takes
+# the connections of several workers' Procfile stacks and portal servers at once.
+OWN_POSTGRES = {"fsync": "off", "full_page_writes": "off", "max_connections": "400"}
+
+
+def _start_embedded(home: Path, env: dict[str, str]) -> EmbeddedServices:
+    """start_embedded, with the PostgreSQL it starts tuned for tests (restarted once, the
+    first time, for max_connections)."""
+    import psycopg
+    from psycopg import sql
+
     from tocsin.shell.services import start_embedded
 
-    # Named, so that start_embedded leaves them to the workers: each starts its own.
-    _services = start_embedded(_test_home(), {**os.environ, "REDIS_URL": "-", "SES_ENDPOINT_URL": "-"})
-    os.environ.update(_services.env)
-    if _services.started_postgres:
-        _commit_without_fsync(os.environ["DATABASE_URL"])
-
-
-def _commit_without_fsync(url: str) -> None:
-    """The suite's own PostgreSQL does not wait for the disk at each commit (a third of a
-    tenant's creation went to it). Only a power cut could lose what it wrote, never a crash
-    of PostgreSQL (the written WAL stays in the kernel's cache); the test that restarts
-    PostgreSQL in immediate mode starts a server of its own with the defaults."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("ALTER SYSTEM SET fsync = off")
-        conn.execute("ALTER SYSTEM SET full_page_writes = off")
+    services = start_embedded(home, env)
+    if not services.started_postgres:
+        return services
+    with psycopg.connect(services.env["DATABASE_URL"], autocommit=True) as conn:
+        before = {name: str(conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0])
+                  for name in OWN_POSTGRES}
+        for name, value in OWN_POSTGRES.items():
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
         conn.execute("SELECT pg_reload_conf()")
+    if before["max_connections"] != OWN_POSTGRES["max_connections"]:  # read at start only
+        services.stop()
+        services = start_embedded(home, env)
+    return services
 
 
 def _worker_database(server: str, worker: str) -> str:
@@ -94,17 +112,13 @@ def _worker_database(server: str, worker: str) -> str:
 
 def _start_services(worker: str | None) -> None:
     global _services, _worker_database_url
-    from tocsin.shell.services import start_embedded
-
     home = _test_home() if worker is None else _test_home() / worker
     env = dict(os.environ)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_ROLE_ARN"):
         env.pop(name, None)
         os.environ.pop(name, None)
-    _services = start_embedded(home, env)
+    _services = _start_embedded(home, env)
     os.environ.update(_services.env)
-    if _services.started_postgres:
-        _commit_without_fsync(os.environ["DATABASE_URL"])
     if worker is not None:
         _worker_database_url = (os.environ["DATABASE_URL"],
                                 _worker_database(os.environ["DATABASE_URL"], worker))

@@ -17,15 +17,21 @@ from domain.people.identity import Role, valid_email, valid_name
 from tocsin.core import runtime
 from tocsin.core.settings import PasswordHashCost
 
-# argon2id parameters per PASSWORD_HASH_COST; a stored hash is verified with its own.
-_LOW_COST = {"time_cost": 1, "memory_cost": 1024, "parallelism": 1}  # passes, KiB, lanes
+# A stored hash is verified with the parameters written in it, whatever the cost now.
+_LOW_TIME_COST = 1  # passes
+_LOW_MEMORY_COST = 1024  # KiB
+_LOW_PARALLELISM = 1  # lanes
 
 
 @cache
 def _hasher_for(cost: PasswordHashCost) -> tuple[PasswordHasher, str]:
     """The hasher, and the hash verified against when the email is unknown (so a wrong email
     costs as much as a wrong password)."""
-    hasher = PasswordHasher(**_LOW_COST) if cost is PasswordHashCost.LOW else PasswordHasher()
+    if cost is PasswordHashCost.LOW:
+        hasher = PasswordHasher(time_cost=_LOW_TIME_COST, memory_cost=_LOW_MEMORY_COST,
+                                parallelism=_LOW_PARALLELISM)
+    else:
+        hasher = PasswordHasher()  # argon2-cffi's default: RFC 9106's low-memory profile
     return hasher, hasher.hash(secrets.token_urlsafe(16))
 
 
@@ -35,6 +41,7 @@ def _hasher() -> PasswordHasher:
 
 def _dummy_hash() -> str:
     return _hasher_for(runtime.settings().password_hash_cost)[1]
+
 
 PASSWORD_MIN_LENGTH = 8  # characters
 PASSWORD_MAX_LENGTH = 1024  # characters; longer is not a password anyone types

@@ -41,7 +41,8 @@ def test_the_ledger_export_reads_through_the_evidence_database_and_needs_only_se
             assert "d7" in export.text and "claimed" in export.text  # the client's reminder
             with connection() as conn:
                 users = {str(r[0]) for r in conn.execute(
-                    "SELECT usename FROM pg_stat_activity WHERE application_name = %s",
+                    "SELECT usename FROM pg_stat_activity WHERE application_name = %s "
+                    "AND datname = current_database()",
                     [APPLICATION_NAME]).fetchall()}
             assert users == {role}
             # The pages still read from DATABASE_URL.

@@ -51,7 +51,7 @@ def migrate_waiting_on_a_lock() -> bool:
     with connection() as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE '%%CREATE TABLE clients%%'").fetchone()
+            "AND datname = current_database() AND query LIKE '%%CREATE TABLE clients%%'").fetchone()
     assert row is not None
     return int(str(row[0])) > 0
 

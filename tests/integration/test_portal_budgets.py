@@ -118,7 +118,8 @@ def export_backends() -> list[str]:
     """The states of the export connections, as PostgreSQL sees them."""
     with connection() as conn:
         rows = conn.execute(
-            "SELECT state FROM pg_stat_activity WHERE application_name = %s", [APPLICATION_NAME]
+            "SELECT state FROM pg_stat_activity WHERE application_name = %s "
+            "AND datname = current_database()", [APPLICATION_NAME]
         ).fetchall()
     return [str(r[0]) for r in rows]
 

@@ -24,14 +24,30 @@ make_tenant = integration.make_tenant
 ses = integration.ses
 ops_inbox = integration.ops_inbox
 
-# Seconds. Short, so that a lease runs out, a sweep comes round and an unknown outcome is
-# reconciled while a test watches; the ratios between them are production's.
+# Seconds. Short, so that a lease runs out, a sweep comes round, an unknown outcome is
+# reconciled and a failed preparation is retried while a test watches; the ratios between
+# them are production's (a sweep for every inline pause, about two retries for each sweep).
 SYSTEM_SETTINGS = {
     "SWEEP_INTERVAL_SECONDS": "5",
     "DELIVERY_LEASE_SECONDS": "10",
     "SCAN_INTERVAL_SECONDS": "5",
     "RECONCILE_WINDOW_SECONDS": "5",
+    "PREPARE_BACKOFF_MIN_SECONDS": "0.05",
+    "PREPARE_BACKOFF_MAX_SECONDS": "1",
+    "PREPARE_INLINE_PAUSE_SECONDS": "5",
+    "EVENTS_LISTEN_RETRY_SECONDS": "0.2",
 }
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcfileStack]:
+    """One stack, with the system settings, for the tests of a module that neither kill,
+    freeze nor reconfigure any of its processes; closed after the module's last test."""
+    stack = ProcfileStack(tmp_path_factory.mktemp("shared-stack"), **SYSTEM_SETTINGS)
+    try:
+        yield stack.start_all()
+    finally:
+        stack.close()
 
 
 @pytest.fixture

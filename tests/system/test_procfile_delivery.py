@@ -1,6 +1,7 @@
 """Delivery under the Procfile's processes, judged from outside: quiet hours released by the
 running sweep, a permanent failure made visible and alerted, three clocks at once, and
-email links that reach the web process."""
+email links that reach the web process. The tests that leave the stack as they found it
+share one (shared_stack); the others make their own."""
 
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ def _today(tenant: Tenant) -> date:
 
 
 def test_an_email_deferred_by_quiet_hours_that_end_20_seconds_later_is_sent_after_them_once(
-    tenant: Tenant, ses: SesOutbox, procfile: Callable[..., ProcfileStack],
+    tenant: Tenant, ses: SesOutbox, shared_stack: ProcfileStack,
 ) -> None:
-    stack = procfile().start_all()
+    stack = shared_stack
     now = datetime.now(UTC).replace(microsecond=0)
     quiet_until = now + QUIET_FOR
     # Client, person and quiet hours in one transaction: the next scan finds them together.
@@ -125,11 +126,11 @@ def test_three_clocks_for_several_intervals_claim_and_send_each_notice_once(
 
 
 def test_an_email_sent_under_the_procfile_links_to_the_web_process_and_its_unsubscribe_answers(
-    tenant: Tenant, ses: SesOutbox, procfile: Callable[..., ProcfileStack],
+    tenant: Tenant, ses: SesOutbox, shared_stack: ProcfileStack,
 ) -> None:
     """honcho gives each process its own PORT; the worker's links must still name the web's."""
+    stack = shared_stack  # running already: its next scan finds the client
     add_client(tenant, _today(tenant) + timedelta(days=7), name="Linked Ltd")
-    stack = procfile().start_all()
     wait_until(lambda: len(copies(ses, tenant)) == 1, "the reminder email", RECOVERY_LIMIT)
     [email] = [m for m in ses.sent() if f".{tenant.slug}@" in m.message_id]
 
