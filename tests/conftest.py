@@ -24,7 +24,7 @@ import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -197,6 +197,24 @@ def _drop_database(server: str, database: str) -> None:
     name = urlsplit(database).path.lstrip("/")
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller: add up the fuzz tallies its workers send back."""
+    from tests.fuzz.budget import TALLY
+
+    tally = getattr(node, "workeroutput", {}).get("fuzz_tally")
+    if tally:
+        TALLY.requests += int(tally["requests"])
+        TALLY.server_errors.extend(tally["server_errors"])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if _hands_tests_to_workers(config):  # else tests/fuzz/conftest.py prints it
+        from tests.fuzz.budget import print_tally
+
+        print_tally(terminalreporter)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import pytest
+
 DEFAULT_REQUESTS = 300  # generated requests in `make test`; `make fuzz` asks for 6,000
 # Routes whose 503 is their answer, not a failure: /healthz says "degraded" with 503 while no
 # worker consumes the queues (none runs beside the fuzz); every other 5xx counts.
@@ -33,6 +35,7 @@ def is_server_error(path: str, status: int) -> bool:
 class Tally:
     requests: int = 0
     server_errors: list[str] = field(default_factory=list)  # "METHOD path -> status"
+    printed: bool = False
 
     def record(self, method: str, path: str, status: int) -> None:
         self.requests += 1
@@ -41,3 +44,17 @@ class Tally:
 
 
 TALLY = Tally()
+
+
+def print_tally(terminalreporter: pytest.TerminalReporter) -> None:
+    """Once per run: the xdist controller may hold both conftests that call it."""
+    if TALLY.requests == 0 or TALLY.printed:
+        return
+    TALLY.printed = True
+    terminalreporter.write_sep("-", "fuzz")
+    terminalreporter.write_line(
+        f"fuzz: {TALLY.requests} generated requests (budget FUZZ_REQUESTS={total_requests()}), "
+        f"{len(TALLY.server_errors)} responses of 500 or more"
+    )
+    for line in TALLY.server_errors[:20]:
+        terminalreporter.write_line(f"  {line}")

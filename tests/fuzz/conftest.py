@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fuzz.budget import TALLY, total_requests
+from tests.fuzz.budget import TALLY, print_tally
 from tests.integration.conftest import sns_signer, tenant  # noqa: F401  (shared with the integration tests)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker: the tally goes to the controller, which prints the run's
+    (tests/conftest.py)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["fuzz_tally"] = {"requests": TALLY.requests, "server_errors": TALLY.server_errors}
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if TALLY.requests == 0:
-        return
-    terminalreporter.write_sep("-", "fuzz")
-    terminalreporter.write_line(
-        f"fuzz: {TALLY.requests} generated requests (budget FUZZ_REQUESTS={total_requests()}), "
-        f"{len(TALLY.server_errors)} responses of 500 or more"
-    )
-    for line in TALLY.server_errors[:20]:
-        terminalreporter.write_line(f"  {line}")
+    print_tally(terminalreporter)
