@@ -57,9 +57,9 @@ chromium:
 	  fi; }
 
 # The whole suite over TEST_WORKERS processes (pytest-xdist; tests/conftest.py gives each its
-# own database, Redis and local SES endpoint, and keeps the browser and the system tests on
-# one worker each), then its 15 slowest tests. Plain `pytest` runs it in one process.
-TEST_WORKERS ?= 3
+# own database, Redis and local SES endpoint, and keeps the browser tests, and each system
+# module's, on one worker), then its 15 slowest tests. Plain `pytest` runs it in one process.
+TEST_WORKERS ?= 4
 test: lint chromium
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 

@@ -10,8 +10,9 @@ and deleted after it (tests/support/rabbitmq.py).
 Under pytest-xdist (`make test` runs `pytest -n ...`) the controlling process starts only
 PostgreSQL; each worker process makes a database of its own on it (dropped and made afresh
 at every run) and starts its own Redis and local SES endpoint, since tests flush Redis,
-reset the SES endpoint and count sign-in failures per address. Tests that share a portal
-server or a Chromium run on one worker (the xdist_group marks below).
+reset the SES endpoint and count sign-in failures per address. The browser tests run on one
+worker (one portal server, one Chromium), and so do the tests of each system module
+(pytest_collection_modifyitems below).
 
 The suite hashes passwords at the low cost (PASSWORD_HASH_COST=low), which the settings
 accept only beside TOCSIN_TESTING=1; the PostgreSQL it starts itself skips fsync.
@@ -219,12 +220,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """For pytest-xdist's --dist loadgroup: the browser tests share one worker (one portal
-    server, one Chromium), and so do the system tests (their stacks run one at a time, as
-    they did before, each with every core it may need); the others go wherever a worker is
-    free."""
+    server, one Chromium), and a system module's tests share one (one after the other, as
+    they were written, and a module's shared stack is started once); the others go wherever
+    a worker is free."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
-        tier = Path(str(item.path)).relative_to(ROOT / "tests").parts[0]
-        if tier in ("browser", "system"):
-            item.add_marker(pytest.mark.xdist_group(tier))
+        path = Path(str(item.path)).relative_to(ROOT / "tests")
+        if path.parts[0] == "browser":
+            item.add_marker(pytest.mark.xdist_group("browser"))
+        elif path.parts[0] == "system":
+            item.add_marker(pytest.mark.xdist_group(f"system-{path.stem}"))
