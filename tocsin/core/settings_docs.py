@@ -135,6 +135,19 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "Attempts at preparing one rule notice (template, recipients) before it is left on "
         "the Needs-attention page.",
     ),
+    "PREPARE_BACKOFF_MIN_SECONDS": SettingDoc(
+        "Dramatiq's backoff for a preparation message that failed: the first retry waits "
+        "about this long, each next one twice as long.",
+    ),
+    "PREPARE_BACKOFF_MAX_SECONDS": SettingDoc(
+        "The longest wait between two retries of a failed preparation message (at least "
+        "`PREPARE_BACKOFF_MIN_SECONDS`).",
+    ),
+    "PREPARE_INLINE_PAUSE_SECONDS": SettingDoc(
+        "After a preparation failed in the relay's own worker, seconds that tenant's product "
+        "takes its queue (with the backoff) instead: a poison product costs one failure per "
+        "pause.",
+    ),
     "PRODUCT_QUEUES": SettingDoc(
         "Products whose rule notices have a preparation queue of their own "
         "(`prepare_<code>`), comma-separated; the others share `prepare_other`.",
@@ -148,6 +161,10 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "`off`: no wake-up after an event's commit (neither the API's message nor the clock "
         "listening for hosts' notifications); only the polling finds events.",
     ),
+    "EVENTS_LISTEN_RETRY_SECONDS": SettingDoc(
+        "Seconds before the clock listens again for hosts' commits after its database "
+        "connection failed; the polling fallback finds their events meanwhile.",
+    ),
     "RELAY_BATCH": SettingDoc("Events per claimed batch (one batch in flight per tenant)."),
     "RELAY_LEASE_SECONDS": SettingDoc(
         "Seconds a claimed batch is owned before it may be claimed again.",
@@ -158,6 +175,12 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
     ),
     "RELAY_BREAKER_RESET_SECONDS": SettingDoc(
         "Seconds an open breaker waits before it lets a probe through.",
+    ),
+    "PASSWORD_HASH_COST": SettingDoc(
+        "argon2id work per password hash: `standard` (64 MiB, 3 passes, 4 lanes) or `low` "
+        "(1 MiB, 1 pass), which makes a stolen hash cheap to crack and is refused unless "
+        "`TOCSIN_TESTING=1` (set by the test suite only). A stored hash is checked with the "
+        "cost written in it.",
     ),
 }
 
@@ -231,6 +254,13 @@ OTHER_VARIABLES: dict[str, str] = {
     "RABBITMQ_URL": (
         "`make test-rabbitmq`: the RabbitMQ the integration and system tiers run on "
         "(default `amqp://guest:guest@127.0.0.1:5672/%2F`)."
+    ),
+    "TOCSIN_TESTING": (
+        "Set to `1` by the test suite only: the one condition under which "
+        "`PASSWORD_HASH_COST=low` is accepted."
+    ),
+    "TEST_WORKERS": (
+        "`make test`: pytest-xdist worker processes (default 4)."
     ),
     "FUZZ_REQUESTS": (
         "Tests only: generated requests of the fuzz run (`make test` 300, `make fuzz` 6,000)."
