@@ -235,7 +235,8 @@ def _break(tenant: Tenant, broken: bool) -> None:
 
 @pytest.fixture
 def quick_breaker() -> None:
-    use_settings(relay_breaker_failures=2, relay_breaker_reset_seconds=1)
+    # A batch the open breaker skipped stays leased: short, so that the probe comes soon.
+    use_settings(relay_breaker_failures=2, relay_breaker_reset_seconds=1, relay_lease_seconds=3)
 
 
 def test_a_tenant_with_a_broken_schema_trips_its_breaker_and_recovers_while_others_go_on(
