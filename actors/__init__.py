@@ -16,3 +16,5 @@ from actors import prepare as prepare
 from actors import relay as relay
 from actors import scan as scan
 from actors import sweep as sweep
+
+__all__ = ["broker", "digest", "email", "prepare", "relay", "scan", "sweep"]

@@ -17,6 +17,8 @@ from domain.people.identity import parse_instant
 from tocsin.core.clock import utcnow
 from tocsin.messaging.priority import BACKGROUND
 
+__all__ = ["build_digests", "digest_tick", "run_digests"]
+
 log = logging.getLogger("tocsin.digest")
 
 

@@ -37,6 +37,16 @@ from tocsin.monitoring.metrics import EMAIL_ATTEMPTS, EMAIL_ERRORS
 from tocsin.providers.send_rate import RateLimited, get_limiter
 from tocsin.providers.ses import OutgoingEmail, ProviderError, get_mailer
 
+__all__ = [
+    "ANSWER_FLUSH_WITHIN",
+    "ANSWER_PATIENCE",
+    "EMAILS_PER_MESSAGE",
+    "SLOTS_AHEAD",
+    "SLOT_WINDOW",
+    "deliver_email",
+    "send_deliveries",
+]
+
 # Ids, attempts and outcomes only: never addresses or message bodies.
 log = logging.getLogger("tocsin.email")
 

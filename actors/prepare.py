@@ -35,6 +35,15 @@ from domain.delivery.preparation_queues import preparation_queue
 from tocsin.core import runtime
 from tocsin.messaging.queues import RedisQueueDepths
 
+__all__ = [
+    "INLINE_MAX_CLAIMS",
+    "MAX_RETRIES",
+    "prepare_notices",
+    "prepare_or_send",
+    "send_claims",
+    "send_preparation",
+]
+
 log = logging.getLogger("tocsin.prepare")
 
 MAX_RETRIES = 4  # Dramatiq retries after the first run; PREPARE_MAX_ATTEMPTS bounds each claim

@@ -49,6 +49,20 @@ from tocsin.core import runtime
 from tocsin.core.settings import Settings
 from tocsin.monitoring.metrics import RELAY_BREAKERS_OPEN, RELAY_EVENTS, RELAY_LAG
 
+__all__ = [
+    "BATCHES_PER_TURN",
+    "Coordination",
+    "T",
+    "breaker",
+    "coordination",
+    "evaluate_batch",
+    "pausing",
+    "relay_tenant",
+    "relay_tick",
+    "wake",
+    "wake_for_host_commits",
+]
+
 log = logging.getLogger("tocsin.relay")
 
 T = TypeVar("T")

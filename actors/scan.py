@@ -16,6 +16,8 @@ from tocsin.core.clock import utcnow
 from tocsin.messaging.priority import BACKGROUND
 from tocsin.monitoring.metrics import SCAN_SECONDS, count_scan, count_time_scan
 
+__all__ = ["scan_tenant", "tick"]
+
 log = logging.getLogger("tocsin.scan")
 
 

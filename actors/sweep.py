@@ -26,6 +26,8 @@ from tocsin.messaging.priority import BACKGROUND
 from tocsin.messaging.sweeper_marker import sweeper_marker
 from tocsin.monitoring.metrics import SWEEP_SECONDS
 
+__all__ = ["sweep", "sweep_tenant"]
+
 log = logging.getLogger("tocsin.sweep")
 
 

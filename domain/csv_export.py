@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import date, datetime
 
+__all__ = ["FORMULA_STARTS", "LINE_END", "csv_cell", "csv_rows"]
+
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 LINE_END = "\r\n"  # RFC 4180's
 # A position where a spreadsheet may start reading a formula: the cell's start, or just

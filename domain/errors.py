@@ -4,6 +4,8 @@ Each error is mapped to an exit code in one place (the CLI) and to an HTTP respo
 one place (the portal); messages are written for the person who has to act on them.
 """
 
+__all__ = ["Busy", "Conflict", "Forbidden", "InvalidInput", "NotFound", "TocsinError"]
+
 
 class TocsinError(Exception):
     """Base of every error Tocsin raises on purpose."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+__all__ = ["OVERDUE_GRACE_SECONDS", "OVERDUE_INTERVALS", "RunKind", "sweep_is_overdue", "sweep_overdue_after"]
+
 OVERDUE_INTERVALS = 3  # sweep intervals that may pass with no completed sweep
 OVERDUE_GRACE_SECONDS = 60  # seconds on top: a long sweep, a busy queue, a restarting worker
 

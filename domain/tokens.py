@@ -21,6 +21,8 @@ from datetime import datetime
 
 from domain.errors import InvalidInput
 
+__all__ = ["MAX_TOKEN_LENGTH", "TokenExpired", "TokenInvalid", "sign", "signed_by_any", "verify"]
+
 MAX_TOKEN_LENGTH = 2048  # longer input is refused before any decoding
 
 

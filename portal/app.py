@@ -57,6 +57,18 @@ from tocsin.core.keys import signing_keys
 from tocsin.core.settings import Settings
 from tocsin.messaging.queues import QueueInspector
 
+__all__ = [
+    "APP_NAME",
+    "CONTENT_SECURITY_POLICY",
+    "HSTS",
+    "REDIS_CONNECTIONS",
+    "REDIS_WAIT_SECONDS",
+    "REQUEST_MAX_BODY_BYTES",
+    "STATIC",
+    "STATIC_MAX_AGE",
+    "create_app",
+]
+
 # static/ sits next to portal/ in the checkout and, installed from the wheel, in site-packages
 # (pyproject.toml ships it): the one beside this portal, never some other folder on sys.path.
 STATIC = Path(__file__).resolve().parent.parent / "static"

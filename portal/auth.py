@@ -29,6 +29,30 @@ from domain.people.identity import Role
 from portal.links import local_path
 from portal.sessions import AnyConnection, end_session, session_identity
 
+__all__ = [
+    "ANY_QUERY",
+    "BEYOND_THE_WALL",
+    "PUBLIC",
+    "VIEWER",
+    "VIEWER_IN_HANDLER",
+    "AccessPaused",
+    "CurrentViewer",
+    "UnknownParameter",
+    "Viewer",
+    "admit",
+    "check_query",
+    "declared_query_names",
+    "load_viewer",
+    "login_url",
+    "provide_viewer",
+    "requested_path",
+    "requires_login",
+    "safe_next",
+    "sign_in",
+    "viewer_in",
+    "viewer_tx",
+]
+
 PUBLIC = "public"  # route opt: reachable without signing in
 BEYOND_THE_WALL = "beyond_the_wall"  # route opt: reachable while a client's access is paused
 ANY_QUERY = "any_query"  # route opt: query parameters are not checked (static files)

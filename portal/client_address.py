@@ -15,6 +15,8 @@ from collections.abc import Iterable
 
 from tocsin.core.settings import ConfigError
 
+__all__ = ["UNKNOWN", "IPNetwork", "client_address", "parse_trusted_proxies"]
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 UNKNOWN = "unknown"  # no peer at all (an in-process test client)
 

@@ -25,6 +25,8 @@ from db.platform.tenancy import TenantTx
 from portal.settings import PortalSettings
 from tocsin.core.clock import utcnow
 
+__all__ = ["CSV_LINES_PER_CHUNK", "T", "csv_download", "download_time_limit", "in_threads"]
+
 log = logging.getLogger("tocsin.portal")
 
 T = TypeVar("T")

@@ -31,6 +31,18 @@ from domain.errors import Busy, Conflict, Forbidden, InvalidInput, NotFound
 from domain.notices.licence import RenewalRefused
 from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 
+__all__ = [
+    "BAD_REQUEST",
+    "FORM_EXPIRED",
+    "NOT_FOUND",
+    "AnyRequest",
+    "ErrorPage",
+    "error_page_for",
+    "exception_handlers",
+    "handle_exception",
+    "wall_url",
+]
+
 log = logging.getLogger("tocsin.portal")
 
 AnyRequest = Request[Any, Any, Any]

@@ -21,6 +21,8 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import Histogram
 
+__all__ = ["HTTP_REQUEST_SECONDS", "NOT_TIMED", "HttpLatency"]
+
 NOT_TIMED = frozenset({"/metrics", "/inbox/stream"})  # route templates
 
 # In the process's default registry, which /metrics exports beside the portal's own.

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from urllib.parse import unquote, urlsplit
 
+__all__ = ["DECODE_ROUNDS", "MAX_LINK_LENGTH", "local_path"]
+
 MAX_LINK_LENGTH = 2048  # characters; a deep link or return path is never longer
 DECODE_ROUNDS = 3  # percent-decoding passes checked: "%252F" is "%2F" after one, "/" after two
 

@@ -19,6 +19,15 @@ from redis.exceptions import RedisError
 from domain.errors import Busy
 from tocsin.messaging.inbox_events import channel_pattern, decode
 
+__all__ = [
+    "READY_SECONDS",
+    "RECONNECT_SECONDS",
+    "STREAM_RETRY_SECONDS",
+    "InboxListener",
+    "ListenerUnavailable",
+    "Watch",
+]
+
 log = logging.getLogger("tocsin.live")
 
 READY_SECONDS = 5.0  # a stream waits this long for the subscription before answering 503

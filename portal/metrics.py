@@ -35,6 +35,8 @@ from portal.live import InboxListener
 from tocsin.messaging.queues import QueueInspector, QueuesUnavailable
 from tocsin.monitoring.status import tenant_liveness
 
+__all__ = ["WebCollector"]
+
 
 @dataclass(frozen=True)
 class _DatabaseReading:

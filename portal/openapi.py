@@ -23,6 +23,16 @@ from litestar.openapi.spec import Tag
 from portal.auth import PUBLIC
 from portal.routes import events_api
 
+__all__ = [
+    "API_VERSION",
+    "DESCRIPTION",
+    "SCHEMA_JSON",
+    "SCHEMA_PATH",
+    "SWAGGER_UI_VERSION",
+    "VendoredSwaggerUI",
+    "api_documentation",
+]
+
 SCHEMA_PATH = "/schema"
 SCHEMA_JSON = f"{SCHEMA_PATH}/openapi.json"
 API_VERSION = "1"  # the /api/v1 of the paths

@@ -20,6 +20,23 @@ import redis
 
 from domain.errors import Busy
 
+__all__ = [
+    "ACCOUNT_FAILURES",
+    "ADDRESS_FAILURES",
+    "API_KEY_FAILURES",
+    "API_KEY_FAILURE_WINDOW_SECONDS",
+    "API_WINDOW_SECONDS",
+    "PREFIX",
+    "WINDOW_SECONDS",
+    "ApiKeyFailures",
+    "ApiKeyRateLimit",
+    "LoginThrottle",
+    "PasswordChecks",
+    "Refusal",
+    "account_key",
+    "address_key",
+]
+
 ACCOUNT_FAILURES = 5  # password attempts per account per window before it is paused
 ADDRESS_FAILURES = 20  # password attempts from one address per window (any accounts)
 WINDOW_SECONDS = 15 * 60  # seconds each count lives, from its first attempt

@@ -13,6 +13,17 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+__all__ = [
+    "REDACTED",
+    "SECRET_PARAMETER",
+    "SECRET_QUERY_NAMES",
+    "SECRET_SEGMENT",
+    "install_log_redaction",
+    "redact",
+    "redact_record",
+    "secret_query_names",
+]
+
 REDACTED = "[redacted]"
 # The path segment after /invitations/ or /unsubscribe/ (also percent-encoded slashes).
 SECRET_SEGMENT = re.compile(r"(/(?:invitations|unsubscribe)(?:/|%2f))[^/?#\s\"']+", re.IGNORECASE)

@@ -40,6 +40,24 @@ from redis.asyncio import Redis as AsyncRedis
 from tocsin.core.clock import timestamp
 from tocsin.core.keys import KeyRing, Purpose
 
+__all__ = [
+    "MAX_REFRESH_STEP_SECONDS",
+    "SESSION_COOKIE",
+    "SESSION_ID_BYTES",
+    "STORE",
+    "AnyConnection",
+    "LoadedSession",
+    "SessionIdentity",
+    "SessionStore",
+    "SignedSessionBackend",
+    "SignedSessionConfig",
+    "end_session",
+    "session_config",
+    "session_identity",
+    "session_store",
+    "start_session",
+]
+
 SESSION_COOKIE = "tocsin_session"
 SESSION_ID_BYTES = 32  # random bytes of a session id
 _ROTATE = "tocsin.rotate_session"  # connection-state flag set by start_session

@@ -12,6 +12,20 @@ from litestar import Request
 from portal.client_address import IPNetwork, parse_trusted_proxies
 from tocsin.core.settings import ConfigError, Settings, env_float, env_int
 
+__all__ = [
+    "API_EVENTS_PER_MINUTE_DEFAULT",
+    "API_EVENTS_PER_MINUTE_MINIMUM",
+    "API_TENANT_EVENTS_PER_MINUTE_DEFAULT",
+    "INBOX_POLL_DEFAULT",
+    "INBOX_POLL_MINIMUM",
+    "INBOX_STREAM_DEFAULT",
+    "INBOX_STREAM_MAXIMUM",
+    "METRICS_TOKEN_MINIMUM",
+    "PortalSettings",
+    "app_settings",
+    "load_portal_settings",
+]
+
 INBOX_POLL_DEFAULT = 30  # seconds between two refreshes of the unread badge
 INBOX_POLL_MINIMUM = 5  # seconds; faster polling only loads the database
 INBOX_STREAM_DEFAULT = 10 * 60  # seconds an inbox event stream lives before the browser reconnects

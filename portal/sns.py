@@ -20,6 +20,16 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from domain.delivery.sns_messages import Envelope, Untrusted, string_to_sign
 
+__all__ = [
+    "FETCH_TIMEOUT",
+    "MAX_CACHED_CERTIFICATES",
+    "MAX_CERT_BYTES",
+    "ConfirmationFailed",
+    "cached_certificate_urls",
+    "verify_signature",
+    "visit_subscribe_url",
+]
+
 FETCH_TIMEOUT = 5  # seconds
 MAX_CERT_BYTES = 64 * 1024
 MAX_CACHED_CERTIFICATES = 16  # SNS rotates its certificate a few times a year; a handful suffices

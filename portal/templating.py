@@ -14,6 +14,29 @@ from domain.people.identity import Role
 from portal.links import local_path
 from tocsin.core.clock import utcnow
 
+__all__ = [
+    "CATEGORY_LABELS",
+    "CLAIM_LABELS",
+    "DELIVERY_LABELS",
+    "OUTCOME_LABELS",
+    "PLAN_LABELS",
+    "ROLE_LABELS",
+    "RULE_LABELS",
+    "STATUS_LABELS",
+    "STEP_LABELS",
+    "TEMPLATES",
+    "THRESHOLD_LABELS",
+    "ago",
+    "build_environment",
+    "link_label",
+    "local_datetime",
+    "local_href",
+    "long_date",
+    "offset_label",
+    "short_date",
+    "threshold_label",
+]
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 ROLE_LABELS = {

@@ -14,6 +14,8 @@ from datetime import timedelta
 from db.evidence.ledger_view import STUCK_AFTER, stuck_claims
 from db.platform.tenancy import TenantTx
 
+__all__ = ["Alert", "has_unpublished", "mark_published", "raise_alerts", "take_unpublished"]
+
 
 def raise_alerts(tx: TenantTx, stuck_grace: timedelta = STUCK_AFTER) -> int:
     """Record an alert for every stuck claim (db.evidence.ledger_view.stuck_claims: the same list the

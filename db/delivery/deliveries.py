@@ -31,6 +31,25 @@ from db.platform.tenancy import Statement, TenantTx, tenant_statements, tenant_t
 from domain.delivery.states import DELIVERY, WAITING, Status
 from tocsin.core.clock import utcnow
 
+__all__ = [
+    "REENQUEUE_AFTER_SECONDS",
+    "Answer",
+    "ClaimedEmail",
+    "DueDelivery",
+    "Recorded",
+    "Settled",
+    "claim_deliveries",
+    "lock_due_deliveries",
+    "record_failure",
+    "record_step",
+    "record_step_at_once",
+    "record_unknown",
+    "schedule_deliveries",
+    "schedule_due_deliveries",
+    "settle_unsent",
+    "start_attempts",
+]
+
 REENQUEUE_AFTER_SECONDS = 600  # a due delivery enqueued longer ago than this is re-enqueued
 
 # Every status UPDATE below is guarded by the statuses it may leave, from the domain's

@@ -19,6 +19,19 @@ from domain.delivery.quiet_hours import DeliverySchedule, DigestDue, QuietHours,
 from domain.delivery.states import DELIVERY, Status
 from domain.notices.claims import CLAIM, ClaimStatus
 
+__all__ = [
+    "RULE",
+    "BuiltDigest",
+    "DigestItem",
+    "Waiting",
+    "build_digest",
+    "build_due_digests",
+    "digest_email",
+    "digest_items",
+    "mark_digest_items_delivered",
+    "users_with_waiting_items",
+]
+
 RULE = "digest"
 
 # The status guards of the UPDATEs below, from the domain's machines.

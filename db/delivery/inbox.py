@@ -18,6 +18,21 @@ from db.platform.effects import AnnounceInbox
 from db.platform.tenancy import TenantTx
 from domain.errors import InvalidInput, NotFound
 
+__all__ = [
+    "PAGE_SIZE",
+    "Cursor",
+    "InboxItem",
+    "acknowledge",
+    "add_to_inbox",
+    "archive",
+    "inbox_page",
+    "mark_all_read",
+    "mark_read",
+    "mark_unread",
+    "newer_items",
+    "unread_count",
+]
+
 PAGE_SIZE = 20  # notifications per page of the feed
 
 

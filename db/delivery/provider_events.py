@@ -20,6 +20,15 @@ from db.platform.tenancy import TenantTx, tenant_tx
 from domain.delivery.sns_messages import SEEN_RETENTION
 from domain.delivery.states import DELIVERY, PROVIDER_EVENT_TARGETS, PROVIDER_MAY_HOLD, provider_event_move
 
+__all__ = [
+    "PRUNE_BATCH",
+    "ProviderEvent",
+    "Replayed",
+    "apply_event",
+    "confirm_subscription_once",
+    "record_notification",
+]
+
 PRUNE_BATCH = 100  # seen message ids removed per insert at most: pruning never stalls a hook call
 
 # The guard of each provider event's move, from the domain's DELIVERY machine: the statuses

@@ -12,6 +12,8 @@ from db.delivery.digests import mark_digest_items_delivered
 from db.platform.tenancy import TenantTx
 from domain.delivery.states import DELIVERY, MAX_ATTEMPTS, Status, UnknownPolicy
 
+__all__ = ["HELD_REASON", "LeaseReport", "ReconcileReport", "expire_leases", "reconcile_unknown"]
+
 # Why a delivery whose outcome is unknown waits for a person (the tenant's policy is hold):
 # Needs attention lists it with two decisions (db/delivery/reviews.py).
 HELD_REASON = "held for review: no provider event arrived after an unknown outcome"

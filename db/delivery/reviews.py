@@ -17,6 +17,8 @@ from db.platform.tenancy import TenantTx
 from domain.delivery.states import DELIVERY, Status
 from domain.errors import Conflict, NotFound
 
+__all__ = ["Decision", "Review", "decide_held_delivery", "reviews_of"]
+
 # Both decisions move a delivery held in unknown (to pending, or to delivered).
 _DECIDED = DELIVERY.where(to=(Status.PENDING, Status.DELIVERED), from_=[Status.UNKNOWN], alias="d")
 

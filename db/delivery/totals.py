@@ -20,6 +20,8 @@ from db.platform.errors import DatabaseUnavailable
 from db.platform.pool import connection
 from db.platform.tenancy import not_migrated_is_an_error
 
+__all__ = ["CHANNELS", "OPEN_STATUSES", "TENANTS_PER_STATEMENT", "open_deliveries"]
+
 OPEN_STATUSES = ("pending", "deferred", "batched", "sending", "unknown", "failed")
 CHANNELS = ("email", "in_app")
 TENANTS_PER_STATEMENT = 200  # schemas one UNION ALL reads; bounds a statement's planning time

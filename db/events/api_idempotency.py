@@ -18,6 +18,8 @@ from psycopg.types.json import Jsonb
 from db.platform.tenancy import TenantTx
 from domain.events.intake import IdempotencyKeyReused
 
+__all__ = ["Answer", "answer_once"]
+
 
 @dataclass(frozen=True)
 class Answer:

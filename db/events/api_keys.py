@@ -14,6 +14,20 @@ from db.platform.tenancy import get_tenant, not_migrated_is_an_error
 from domain.errors import NotFound
 from domain.people.identity import valid_name, valid_slug
 
+__all__ = [
+    "KEY_BYTES",
+    "KEY_PREFIX",
+    "SHOWN_CHARS",
+    "USE_RECORDED_EVERY",
+    "ApiKey",
+    "CallerKey",
+    "create_api_key",
+    "key_hash",
+    "list_api_keys",
+    "recognise_key",
+    "revoke_api_key",
+]
+
 KEY_PREFIX = "tsk_"  # every Tocsin key starts so: secret scanners and people can spot one
 KEY_BYTES = 32  # of randomness in a key
 SHOWN_CHARS = 12  # first characters of a key kept to tell keys apart in a list

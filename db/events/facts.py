@@ -9,6 +9,16 @@ from typing import Any
 from db.platform.tenancy import TenantTx
 from domain.rules.conditions import WantedFacts
 
+__all__ = [
+    "BatchLoader",
+    "load_all_facts",
+    "load_all_facts_of_subjects",
+    "load_facts",
+    "load_facts_of_subjects",
+    "load_subject_facts",
+    "load_subjects_and_all_facts",
+]
+
 # How a batch's evaluation loads stored facts: given the facts each subject's events want,
 # their values by subject and fact name. Targeted (load_facts_of_subjects) in production;
 # the benchmark swaps in load-everything.

@@ -18,6 +18,8 @@ from db.platform.effects import WakeRelay
 from db.platform.tenancy import TenantTx
 from domain.events.intake import EventIn
 
+__all__ = ["SOURCES", "Recorded", "record_events", "record_events_in"]
+
 SOURCES = ("api", "host", "demo", "cli")
 
 

@@ -13,6 +13,8 @@ from domain.errors import Conflict, InvalidInput, NotFound
 from domain.events.intake import CODE, TRIGGER
 from domain.people.identity import valid_email, valid_name
 
+__all__ = ["DEFAULT_TRIGGERS", "Product", "Unit", "add_unit", "create_product", "list_products"]
+
 DEFAULT_TRIGGERS = ("field_changed", "status_changed", "assigned", "form_submitted", "message_posted")
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import psycopg
 
+__all__ = ["READY_CHANNEL", "announce_ready", "ready_tenants"]
+
 log = logging.getLogger("tocsin.ready_events")
 
 READY_CHANNEL = "tocsin_events_ready"  # the payload is the tenant's slug

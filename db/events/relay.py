@@ -28,6 +28,17 @@ from db.platform.pool import connection
 from db.platform.tenancy import Tenant, TenantTx, not_migrated_is_an_error
 from domain.events.states import EVENT, EventStatus
 
+__all__ = [
+    "CHUNK",
+    "READY",
+    "Backlog",
+    "ClaimedBatch",
+    "backlog",
+    "claim_events",
+    "release_batch",
+    "tenants_with_ready_events",
+]
+
 READY = "(status = 'pending' OR (status = 'processing' AND lease_until < now()))"
 CHUNK = 200  # schemas per statement when looking for ready events
 

@@ -21,6 +21,8 @@ from psycopg.rows import tuple_row
 from db.rules.moved_due_dates import cancel_moved_due_dates
 from domain.events.intake import EventIn, InvalidEvents, JsonValue, Problem, SubjectState, apply_event
 
+__all__ = ["Cursor", "Placed", "SubjectKey", "json_rows", "schema_sql", "update_register"]
+
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 SubjectKey = tuple[str, str, str]  # (product, kind, external_id)
 

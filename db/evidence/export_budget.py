@@ -26,6 +26,15 @@ from db.platform.pool import check_connection
 from db.platform.tenancy import TenantTx, tenant_read_tx
 from domain.errors import Busy
 
+__all__ = [
+    "APPLICATION_NAME",
+    "CONNECT_TIMEOUT",
+    "IDLE_MARGIN_SECONDS",
+    "RETRY_AFTER",
+    "ExportBudget",
+    "ExportSlot",
+]
+
 CONNECT_TIMEOUT = 10  # seconds to wait for an export connection (one is free for every slot)
 RETRY_AFTER = 60  # seconds worth waiting before trying an export refused for its budget
 # seconds beyond the download's own limit before the server ends an idle export

@@ -20,6 +20,31 @@ from db.rules.evaluations import stored_traces
 from domain.csv_export import csv_rows
 from domain.errors import InvalidInput
 
+__all__ = [
+    "FILTER_MAX_LENGTH",
+    "LEDGER_FIELDS",
+    "PAGE_SIZE",
+    "STUCK_AFTER",
+    "Attempt",
+    "DefaultedNotice",
+    "FailedPreparation",
+    "LedgerCursor",
+    "LedgerFilter",
+    "LedgerRow",
+    "LedgerStatus",
+    "StuckClaim",
+    "TroubledDelivery",
+    "attempts_for",
+    "csv_lines",
+    "defaulted_notices",
+    "failed_preparations",
+    "iter_ledger",
+    "ledger_page",
+    "stuck_claims",
+    "troubled_deliveries",
+    "why_fired",
+]
+
 PAGE_SIZE = 50  # ledger rows per page
 STUCK_AFTER = timedelta(minutes=30)  # a claim with no delivery for this long needs a person
 FILTER_MAX_LENGTH = 100  # characters of a rule or threshold filter

@@ -18,6 +18,8 @@ from domain.delivery.preferences import OPTED_OUT
 from domain.notices.licence import CATEGORY, COPY, RULE
 from tocsin.core.clock import utcnow
 
+__all__ = ["NoticesWritten", "notify_claims", "notify_statement", "prepare_claims", "write_notices"]
+
 
 @dataclass(frozen=True)
 class NoticesWritten:

@@ -24,6 +24,8 @@ from domain.notices.licence import (
     window_table,
 )
 
+__all__ = ["ClaimCounts", "claim_due_milestones"]
+
 # A client's local date is at most this many days away from the UTC date (UTC-12..UTC+14).
 _ZONE_SLACK = timedelta(days=1)
 

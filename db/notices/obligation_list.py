@@ -28,6 +28,27 @@ from domain.rules.definitions import RuleDefinition
 from domain.rules.obligation_dates import Calendar
 from domain.rules.obligation_schedule import Schedule, schedule
 
+__all__ = [
+    "CSV_FIELDS",
+    "FILTER_MAX_LENGTH",
+    "MAX_WITHIN_DAYS",
+    "PAGE_SIZE",
+    "SHOWN_MAX",
+    "Cursor",
+    "Notice",
+    "Obligation",
+    "ObligationFilter",
+    "Subject",
+    "csv_lines",
+    "csv_values",
+    "get_subject",
+    "iter_obligations",
+    "obligations_page",
+    "products_and_statuses",
+    "subject_notices",
+    "subject_obligations",
+]
+
 PAGE_SIZE = 50  # obligations per page
 MAX_WITHIN_DAYS = 3660  # days: the "due within" filter's upper bound (ten years)
 FILTER_MAX_LENGTH = 100  # characters of a product or status filter

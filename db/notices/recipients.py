@@ -16,6 +16,8 @@ from db.platform.tenancy import TenantTx
 from domain.errors import InvalidInput
 from domain.people.identity import valid_email
 
+__all__ = ["contact_user", "resolve_recipients"]
+
 # Roles that are also users.role values: holding one means having that role in the portal.
 _PORTAL_ROLES = ("admin", "member")
 

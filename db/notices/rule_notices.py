@@ -45,6 +45,17 @@ from domain.rules.definitions import stored_rule
 from domain.rules.obligation_dates import breach_at, due_context, offset_of
 from domain.rules.templates import DEFAULT_BODY, DEFAULT_TITLE, TemplateRefused, render, template_context
 
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "MAX_TITLE_CHARS",
+    "FailureRecorded",
+    "PreparationFailed",
+    "PreparedReport",
+    "prepare_rule_claims",
+    "record_preparation_failure",
+    "unprepared_rule_claims",
+]
+
 MAX_ERROR_CHARS = 500  # characters of an error kept on the ledger row
 MAX_TITLE_CHARS = 200  # characters of a rendered title (one line in the inbox)
 

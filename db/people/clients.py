@@ -14,6 +14,17 @@ from domain.notices.claims import CLAIM, ClaimStatus
 from domain.notices.licence import LICENCE, RENEWED, RULE, SUBJECT_KIND, LicenceStatus, check_client_renewal
 from domain.people.identity import Plan, valid_name, valid_zone
 
+__all__ = [
+    "RENEWAL_TERM_SQL",
+    "Client",
+    "Renewal",
+    "create_client",
+    "get_client",
+    "license_events",
+    "list_clients",
+    "renew_licence",
+]
+
 
 @dataclass(frozen=True)
 class Client:

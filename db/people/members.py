@@ -22,6 +22,20 @@ from domain.errors import Conflict, InvalidInput, NotFound
 from domain.people.identity import Role, valid_email, valid_name
 from domain.tokens import sign
 
+__all__ = [
+    "INVITE_PURPOSE",
+    "STAFF_ROLES",
+    "Invitation",
+    "Member",
+    "PendingInvitation",
+    "accept_invitation",
+    "deactivate",
+    "get_invitation",
+    "invite_member",
+    "list_members",
+    "set_role",
+]
+
 INVITE_PURPOSE = "invite"
 STAFF_ROLES = (Role.ADMIN, Role.MEMBER)
 

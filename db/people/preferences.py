@@ -29,6 +29,29 @@ from domain.delivery.quiet_hours import DeliverySchedule, QuietHours, quiet_hour
 from domain.delivery.states import DELIVERY, WAITING, Status
 from domain.errors import InvalidInput, NotFound
 
+__all__ = [
+    "PRODUCT_PARAMS",
+    "RESOLVED_COLUMNS",
+    "CategoryDefault",
+    "CategoryLocked",
+    "CategoryPreference",
+    "Unsubscribed",
+    "apply_send_check",
+    "category_defaults",
+    "delivery_schedule",
+    "delivery_schedules",
+    "email_send_checks",
+    "preference_matrix",
+    "release_due_deferrals",
+    "resolve_preference",
+    "resolve_preferences",
+    "save_category_default",
+    "save_schedule",
+    "save_user_preference",
+    "set_channel",
+    "unsubscribe_email",
+]
+
 # Needs `up` (notification_preferences, the user's row or NULLs) and `td` (category_defaults,
 # the category's row or NULLs) joined, and the PRODUCT_PARAMS parameters.
 RESOLVED_COLUMNS = """

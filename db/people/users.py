@@ -17,6 +17,19 @@ from domain.people.identity import Role, valid_email, valid_name
 from tocsin.core import runtime
 from tocsin.core.settings import PasswordHashCost
 
+__all__ = [
+    "PASSWORD_MAX_LENGTH",
+    "PASSWORD_MIN_LENGTH",
+    "User",
+    "authenticate",
+    "create_user",
+    "generate_password",
+    "get_user",
+    "set_password",
+    "spend_a_password_check",
+    "valid_password",
+]
+
 # A stored hash is verified with the parameters written in it, whatever the cost now.
 _LOW_TIME_COST = 1  # passes
 _LOW_MEMORY_COST = 1024  # KiB

@@ -2,6 +2,8 @@
 
 from domain.errors import TocsinError
 
+__all__ = ["DatabaseUnavailable", "NotMigrated"]
+
 
 class DatabaseUnavailable(TocsinError):
     """PostgreSQL cannot be reached."""

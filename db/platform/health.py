@@ -7,6 +7,8 @@ import psycopg
 from db.platform.errors import DatabaseUnavailable
 from db.platform.pool import connection
 
+__all__ = ["check_database"]
+
 
 def check_database() -> None:
     """Run a trivial query; raise DatabaseUnavailable when PostgreSQL cannot answer it.

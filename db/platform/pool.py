@@ -21,6 +21,23 @@ from psycopg_pool import ConnectionPool
 
 from db.platform.errors import DatabaseUnavailable
 
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "PREPARED_PER_CONNECTION",
+    "PREPARE_AFTER",
+    "ScopedCursor",
+    "T",
+    "check_connection",
+    "close_pool",
+    "configure_pool",
+    "connection",
+    "get_pool",
+    "json_loads",
+    "open_pool",
+    "retrying",
+    "set_statement_scope",
+]
+
 T = TypeVar("T")
 
 CONNECT_TIMEOUT = 10  # seconds to wait for PostgreSQL to accept a connection

@@ -18,6 +18,8 @@ from db.platform.pool import connection
 from db.platform.tenancy import TenantTx, not_migrated_is_an_error
 from domain.liveness import RunKind
 
+__all__ = ["TenantRuns", "fan_out_order", "last_runs", "last_runs_of_active_tenants", "record_completed"]
+
 
 @dataclass(frozen=True)
 class TenantRuns:

@@ -17,6 +17,21 @@ from db.platform.pool import connection, set_statement_scope
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.people.identity import schema_for, valid_name, valid_slug, valid_zone
 
+__all__ = [
+    "Connection",
+    "Statement",
+    "Tenant",
+    "TenantTx",
+    "create_tenant",
+    "get_tenant",
+    "list_tenants",
+    "not_migrated_is_an_error",
+    "set_unknown_outcome_policy",
+    "tenant_read_tx",
+    "tenant_statements",
+    "tenant_tx",
+]
+
 Connection = psycopg.Connection[tuple[object, ...]]
 
 log = logging.getLogger("tocsin.tenancy")

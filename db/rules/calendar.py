@@ -8,6 +8,8 @@ from datetime import date
 from db.platform.tenancy import TenantTx
 from domain.rules.obligation_dates import Calendar
 
+__all__ = ["load_calendar", "save_calendar"]
+
 
 def load_calendar(tx: TenantTx) -> Calendar:
     row = tx.conn.execute("SELECT working_days, holidays FROM working_calendar").fetchone()

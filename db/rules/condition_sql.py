@@ -23,6 +23,8 @@ from psycopg.types.json import Jsonb
 
 from domain.rules.conditions import parse_fact
 
+__all__ = ["CompiledConditions", "compile_conditions"]
+
 _SUBJECT_COLUMNS = {"status": "s.status", "title": "s.title", "kind": "s.kind",
                     "external_id": "s.external_id"}
 _EMPTY_JSON = "('null'::jsonb, '\"\"'::jsonb, '[]'::jsonb, '{}'::jsonb)"

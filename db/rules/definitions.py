@@ -28,6 +28,23 @@ from domain.rules.definitions import (
 )
 from domain.rules.evaluation import Candidate, TriggerIndex
 
+__all__ = [
+    "MAX_IMPORT",
+    "CandidateKey",
+    "ImportReport",
+    "Rule",
+    "RuleVersion",
+    "candidate_indexes_of",
+    "create_rule",
+    "export_rules",
+    "get_rule",
+    "import_rules",
+    "list_rules",
+    "rule_versions",
+    "set_enabled",
+    "update_rule",
+]
+
 MAX_IMPORT = 1000  # rules in one import
 
 

@@ -17,6 +17,8 @@ from domain.rules.dry_run import DryRun, SubjectClock, dry_run_event, dry_run_ti
 from domain.rules.evaluation import EventFacts
 from domain.rules.obligation_dates import local_date
 
+__all__ = ["dry_run_definition", "dry_run_rule"]
+
 _EVENT = """
 SELECT e.subject_id, e.event_type, e.trigger_type, e.changes, e.metadata, e.product
 FROM events e WHERE e.id = %s

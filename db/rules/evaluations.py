@@ -39,6 +39,8 @@ from domain.events.states import EVENT, EventStatus
 from domain.rules.conditions import WantedFacts
 from domain.rules.evaluation import Evaluated, Evaluation, EventFacts, evaluation
 
+__all__ = ["MAX_EVENT_ERROR_CHARS", "EvaluationReport", "evaluate_claimed", "expand_trace", "stored_traces"]
+
 
 @dataclass
 class EvaluationReport:

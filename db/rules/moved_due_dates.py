@@ -27,6 +27,8 @@ from psycopg import sql
 from domain.delivery.states import DELIVERY, NOT_SENT, Status
 from domain.notices.claims import CLAIM, ClaimStatus
 
+__all__ = ["REMOVED_REASON", "Cursor", "cancel_moved_due_dates", "moved_reason"]
+
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 

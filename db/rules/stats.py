@@ -8,6 +8,8 @@ from datetime import datetime
 
 from db.platform.tenancy import TenantTx
 
+__all__ = ["NEVER", "RECENT_DAYS", "RuleStats", "rule_stats"]
+
 RECENT_DAYS = 30  # days counted as "recent" in the rules list
 
 

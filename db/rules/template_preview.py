@@ -17,6 +17,8 @@ from domain.rules.obligation_dates import DueDate, due_context, local_date, next
 from domain.rules.templates import TemplateRefused, TemplateTooCostly, render, template_context
 from tocsin.core.clock import utcnow
 
+__all__ = ["Preview", "dry_render_errors", "preview_templates"]
+
 
 @dataclass(frozen=True)
 class Preview:

@@ -63,6 +63,8 @@ from domain.rules.obligation_dates import (
     window_bounds,
 )
 
+__all__ = ["SUBJECT_KIND", "TimeClaimCounts", "TimeRule", "claim_time_rules", "time_rules"]
+
 SUBJECT_KIND = "subject"
 _TIMESTAMPS = {"created": "created_at", "assigned": "assigned_at", "status_changed": "status_changed_at"}
 

@@ -11,6 +11,18 @@ from datetime import datetime
 from db.platform.tenancy import TenantTx
 from domain.rules.builder import FactChoice, subject_fact_choices
 
+__all__ = [
+    "CHOICES",
+    "MAX_FACTS",
+    "SAMPLE_EVENTS",
+    "SAMPLE_SUBJECTS",
+    "EventChoice",
+    "SubjectChoice",
+    "facts_seen",
+    "recent_events",
+    "recent_subjects",
+]
+
 SAMPLE_SUBJECTS = 2000  # most recent subjects of a product whose facts are looked at
 SAMPLE_EVENTS = 500  # most recent events of a product whose metadata keys are looked at
 MAX_FACTS = 400  # distinct facts offered per family

@@ -13,6 +13,27 @@ from enum import StrEnum
 
 from domain.errors import InvalidInput
 
+__all__ = [
+    "CATEGORIES",
+    "DIGEST_PERIOD",
+    "MAX_LOCK_REASON",
+    "OPTED_OUT",
+    "PRODUCT_DEFAULT",
+    "Channel",
+    "Frequency",
+    "Preference",
+    "Resolved",
+    "SendAction",
+    "SendCheck",
+    "Source",
+    "TenantDefault",
+    "email_decision",
+    "resolve",
+    "valid_category",
+    "valid_frequency",
+    "valid_lock_reason",
+]
+
 # The notifications.category CHECK list (tenant migrations 0001 and 0006), in display order.
 CATEGORIES = (
     "document_review", "questionnaire_assigned", "response_revision", "policy_approved",

@@ -11,6 +11,15 @@ from collections.abc import Collection
 
 from domain.errors import InvalidInput
 
+__all__ = [
+    "DEFAULT_PRODUCT_QUEUES",
+    "QUEUE_PREFIX",
+    "SHARED_QUEUE",
+    "parse_product_queues",
+    "preparation_queue",
+    "preparation_queues",
+]
+
 QUEUE_PREFIX = "prepare_"
 SHARED_QUEUE = "prepare_other"
 DEFAULT_PRODUCT_QUEUES = ("fraud", "whistle", "metrology")

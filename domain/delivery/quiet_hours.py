@@ -16,6 +16,25 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from domain.errors import InvalidInput
 
+__all__ = [
+    "DEFAULT_DIGEST_TIME",
+    "DEFAULT_WEEKLY_DAY",
+    "WEEKDAYS",
+    "DeliverySchedule",
+    "DigestDue",
+    "QuietHours",
+    "due_digest",
+    "first_instant_at_or_after",
+    "in_window",
+    "next_digest_instant",
+    "parse_local_time",
+    "period_dates",
+    "quiet_hours_end",
+    "valid_weekday",
+    "valid_zone_name",
+    "zone_names",
+]
+
 DEFAULT_DIGEST_TIME = time(8, 0)
 DEFAULT_WEEKLY_DAY = 1  # ISO weekday: 1 = Monday ... 7 = Sunday
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")

@@ -20,6 +20,33 @@ from urllib.parse import parse_qs, urlsplit
 from domain.errors import InvalidInput
 from domain.people.identity import parse_instant, valid_slug
 
+__all__ = [
+    "DELIVERY_ID",
+    "HASHES",
+    "LOOPBACK_HOSTS",
+    "MAX_AGE",
+    "MAX_DETAIL_CHARS",
+    "MAX_FIELD_CHARS",
+    "MAX_MESSAGE_CHARS",
+    "MAX_PROVIDER_ID_CHARS",
+    "MAX_SIGNATURE_CHARS",
+    "MAX_SKEW",
+    "SEEN_RETENTION",
+    "SIGNED_FIELDS",
+    "SNS_HOST",
+    "TOPIC_ARN",
+    "Envelope",
+    "SesEvent",
+    "SnsTrust",
+    "Untrusted",
+    "check_envelope",
+    "load_sns_json",
+    "parse_ses_event",
+    "string_to_sign",
+    "valid_test_origin",
+    "valid_topic_arn",
+]
+
 MAX_AGE = timedelta(hours=1)  # an older message is a replay, whatever its signature
 MAX_SKEW = timedelta(minutes=5)  # a message from further in the future is refused too
 # Seen message ids are kept this long; anything older is refused by its timestamp anyway.

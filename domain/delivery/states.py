@@ -13,6 +13,30 @@ from enum import StrEnum
 
 from domain.state_machine import StateMachine
 
+__all__ = [
+    "BASE_DELAY",
+    "DELIVERY",
+    "MAX_ATTEMPTS",
+    "MAX_DELAY",
+    "NOT_SENT",
+    "PERMANENT_CODES",
+    "PROVIDER_EVENT_TARGETS",
+    "PROVIDER_MAY_HOLD",
+    "TERMINAL",
+    "THROTTLING_CODES",
+    "TRANSITIONS",
+    "WAITING",
+    "ErrorClass",
+    "Status",
+    "UnknownPolicy",
+    "classify_provider_error",
+    "email_message_id",
+    "email_text",
+    "provider_event_move",
+    "retry_delay",
+    "should_retry",
+]
+
 MAX_ATTEMPTS = 8  # provider calls per delivery before it ends failed
 BASE_DELAY = timedelta(minutes=6)  # ceiling of the first retry delay; doubles each attempt
 MAX_DELAY = timedelta(hours=2)  # no single wait is longer than this

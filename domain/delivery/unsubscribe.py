@@ -11,6 +11,8 @@ from domain.delivery.preferences import valid_category
 from domain.errors import InvalidInput
 from domain.tokens import TokenInvalid, sign, verify
 
+__all__ = ["LIFETIME", "PURPOSE", "UnsubscribeScope", "read_unsubscribe_token", "unsubscribe_token"]
+
 PURPOSE = "unsubscribe"
 LIFETIME = timedelta(days=60)
 

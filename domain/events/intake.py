@@ -18,6 +18,31 @@ from domain.errors import InvalidInput
 from domain.events.json_input import NUMBER_WORDS, is_finite_number
 from domain.people.identity import parse_instant, valid_email, valid_zone
 
+__all__ = [
+    "ASSIGNEES_LIMIT",
+    "BATCH_LIMIT",
+    "CODE",
+    "EVENT_TYPES",
+    "FACTS_LIMIT",
+    "NAME",
+    "NUL",
+    "NUL_REFUSED",
+    "TEXT_LIMIT",
+    "TRIGGER",
+    "VALUE_DEPTH_LIMIT",
+    "VALUE_LIMIT",
+    "EventIn",
+    "IdempotencyKeyReused",
+    "InvalidEvents",
+    "JsonValue",
+    "Problem",
+    "SubjectIn",
+    "SubjectState",
+    "apply_event",
+    "parse_batch",
+    "parse_event",
+]
+
 EVENT_TYPES = ("created", "updated")
 BATCH_LIMIT = 500  # events in one batch request
 ASSIGNEES_LIMIT = 100  # assignees of one subject

@@ -19,6 +19,17 @@ from itertools import accumulate
 
 from domain.errors import InvalidInput
 
+__all__ = [
+    "FLOAT_MAX",
+    "MAX_JSON_DEPTH",
+    "NUMBER_WORDS",
+    "InvalidJson",
+    "body_problem",
+    "is_finite_number",
+    "load_json",
+    "nesting_depth_exceeds",
+]
+
 MAX_JSON_DEPTH = 32  # arrays and objects nested in one document (an event is about 6 deep)
 FLOAT_MAX = sys.float_info.max  # the largest magnitude a number may have (about 1.8e308)
 NUMBER_WORDS = "a number must be finite and between -1.8e308 and 1.8e308 (what a double holds)"

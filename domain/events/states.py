@@ -12,6 +12,8 @@ from enum import StrEnum
 
 from domain.state_machine import StateMachine
 
+__all__ = ["EVENT", "EventStatus"]
+
 
 class EventStatus(StrEnum):
     PENDING = "pending"  # committed, waiting for the relay

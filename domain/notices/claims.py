@@ -12,6 +12,8 @@ from enum import StrEnum
 
 from domain.state_machine import StateMachine
 
+__all__ = ["CLAIM", "ClaimStatus"]
+
 
 class ClaimStatus(StrEnum):
     CLAIMED = "claimed"  # to be notified, once

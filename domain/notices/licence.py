@@ -20,6 +20,32 @@ from domain.errors import TocsinError
 from domain.people.identity import Plan
 from domain.state_machine import StateMachine
 
+__all__ = [
+    "CADENCE",
+    "CATEGORY",
+    "COPY",
+    "GRACE_DAYS",
+    "LICENCE",
+    "RENEWAL_OPENS_AT",
+    "RENEWAL_WINDOW_DAYS",
+    "RENEWED",
+    "RULE",
+    "SUBJECT_KIND",
+    "LicenceStatus",
+    "Milestone",
+    "Outcome",
+    "RenewalRefused",
+    "Stage",
+    "Window",
+    "WindowRow",
+    "cadence_for",
+    "check_client_renewal",
+    "milestone_outcomes",
+    "renewal_opens_on",
+    "window_table",
+    "windows_for",
+]
+
 RULE = "licence"  # the ledger's rule name for every milestone of this cadence
 RENEWED = "renewed"  # the ledger threshold of the renewal notice; its due_on is the new expiry
 SUBJECT_KIND = "client"

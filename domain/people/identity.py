@@ -9,6 +9,27 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from domain.errors import InvalidInput
 
+__all__ = [
+    "ASSIGNABLE_ROLES",
+    "EMAIL_MAX_LENGTH",
+    "EMAIL_PATTERN",
+    "SLUG_MAX_LENGTH",
+    "SLUG_PATTERN",
+    "WHOLE_NUMBER",
+    "Plan",
+    "Role",
+    "parse_date",
+    "parse_instant",
+    "parse_whole_number",
+    "schema_for",
+    "valid_email",
+    "valid_name",
+    "valid_plan",
+    "valid_role",
+    "valid_slug",
+    "valid_zone",
+]
+
 # Lower-case words joined by single hyphens: the schema name replaces hyphens with
 # underscores, and because slugs cannot contain underscores no two slugs share a schema.
 SLUG_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")

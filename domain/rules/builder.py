@@ -23,6 +23,23 @@ from domain.rules.conditions import (
 )
 from domain.rules.diff import NO_VALUE_OPS, OP_WORDS
 
+__all__ = [
+    "SUBJECT_FACT_TYPES",
+    "TYPES",
+    "ConditionRow",
+    "FactChoice",
+    "RecipientRow",
+    "RuleForm",
+    "Tree",
+    "definition_of",
+    "facts_for",
+    "form_of",
+    "operators_for",
+    "subject_fact_choices",
+    "typed_value",
+    "value_text",
+]
+
 TYPES = ("string", "number", "boolean", "date", "list")
 _BY_TYPE: dict[str, tuple[str, ...]] = {
     "string": (*EQUALITY_OPS, *LIST_OPS, "contains", "empty", "not_empty", *CHANGE_OPS),

@@ -34,6 +34,43 @@ from typing import Any, NamedTuple
 
 from domain.events.json_input import NUMBER_WORDS, is_finite_number
 
+__all__ = [
+    "CHANGE_OPS",
+    "COMPARE_OPS",
+    "DATE_OPS",
+    "EQUALITY_OPS",
+    "LEVEL",
+    "LIST_OPS",
+    "MAX_DEPTH",
+    "MAX_LEAVES",
+    "MAX_LIST_VALUES",
+    "MAX_NODES",
+    "MAX_TEXT_VALUE",
+    "NAME",
+    "NOT_LOADED",
+    "OPERATORS",
+    "SEEN_MAX",
+    "STORED_FAMILIES",
+    "SUBJECT_FACTS",
+    "CompiledTree",
+    "Fact",
+    "Facts",
+    "LeafTrace",
+    "PathError",
+    "Test",
+    "WantedFacts",
+    "evaluate",
+    "facts_to_load",
+    "is_scalar",
+    "leaf_test",
+    "parse_fact",
+    "prejudge",
+    "stored",
+    "stored_leaf",
+    "unholdable_number",
+    "validate",
+]
+
 MAX_DEPTH = 5  # nested groups, the outermost counting as 1
 MAX_LEAVES = 50  # leaves in one tree
 # Nodes of one tree, groups and leaves together: a tree of 180,000 empty groups had no leaf

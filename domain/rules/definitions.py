@@ -39,6 +39,31 @@ from domain.rules.obligation_dates import (
     Turnaround,
 )
 
+__all__ = [
+    "CATEGORIES",
+    "CHANNELS",
+    "CODE",
+    "EMPTY_TREE",
+    "KINDS",
+    "MAX_NAME",
+    "MAX_RECIPIENTS",
+    "MAX_TEMPLATE",
+    "NUL_REFUSED",
+    "RECIPIENT_TYPES",
+    "ROLE",
+    "TIME_CATEGORIES",
+    "TIME_CATEGORY",
+    "InvalidRule",
+    "RuleDefinition",
+    "TemplateCheck",
+    "Trigger",
+    "check_with_sandbox",
+    "describe_changes",
+    "parse_rule",
+    "rule_errors",
+    "stored_rule",
+]
+
 KINDS = ("created", "updated", "time")
 CHANNELS = ("email", "in_app")
 CATEGORIES = ("case_alert", "case_update")  # of event rules

@@ -11,6 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "KIND_WORDS",
+    "NO_VALUE_OPS",
+    "OP_WORDS",
+    "Change",
+    "condition_lines",
+    "describe_condition",
+    "describe_recipient",
+    "describe_trigger",
+    "diff_rules",
+    "value_text",
+]
+
 OP_WORDS = {
     "equals": "is", "not_equals": "is not", "less": "is less than", "greater": "is greater than",
     "less_or_equal": "is at most", "greater_or_equal": "is at least", "in": "is one of",

@@ -26,6 +26,16 @@ from domain.rules.obligation_dates import (
     turnaround_threshold,
 )
 
+__all__ = [
+    "Check",
+    "DryRun",
+    "MilestoneDate",
+    "SubjectClock",
+    "dry_run_event",
+    "dry_run_time",
+    "product_check",
+]
+
 
 @dataclass(frozen=True)
 class Check:

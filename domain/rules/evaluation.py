@@ -19,6 +19,21 @@ from typing import Any, NamedTuple
 from domain.rules.conditions import CompiledTree, Facts, LeafTrace, WantedFacts, stored_leaf
 from domain.rules.definitions import RuleDefinition
 
+__all__ = [
+    "Candidate",
+    "Evaluated",
+    "Evaluation",
+    "EventFacts",
+    "Phase",
+    "RuleOutcome",
+    "Split",
+    "TriggerGroup",
+    "TriggerIndex",
+    "evaluation",
+    "metadata_mismatch",
+    "metadata_mismatch_in_short",
+]
+
 
 class Phase(IntEnum):
     METADATA = 2

@@ -29,6 +29,37 @@ from zoneinfo import ZoneInfo
 
 from domain.errors import InvalidInput
 
+__all__ = [
+    "DEFAULT_WORKING_DAYS",
+    "ISO_DAYS",
+    "MAX_HOLIDAYS",
+    "MAX_OFFSET",
+    "MAX_OFFSETS",
+    "MAX_TURNAROUND_DAYS",
+    "MAX_TURNAROUND_HOURS",
+    "SKIPPED_REASON",
+    "TURNAROUND_AFTER",
+    "Calendar",
+    "DueDate",
+    "Milestone",
+    "Outcome",
+    "Turnaround",
+    "WindowBound",
+    "breach_at",
+    "due_context",
+    "latest_due_begun",
+    "local_date",
+    "milestones",
+    "next_milestone",
+    "offset_of",
+    "outcomes_on",
+    "possible_todays",
+    "shift",
+    "threshold_of",
+    "turnaround_threshold",
+    "window_bounds",
+]
+
 ISO_DAYS = frozenset(range(1, 8))  # ISO weekdays: 1 = Monday .. 7 = Sunday
 DEFAULT_WORKING_DAYS = frozenset({1, 2, 3, 4, 5})
 MAX_HOLIDAYS = 1000  # holiday dates one tenant calendar may hold

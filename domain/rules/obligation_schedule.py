@@ -17,6 +17,8 @@ from typing import Literal
 
 from domain.rules.obligation_dates import Calendar, Milestone, milestones
 
+__all__ = ["RECORDED", "Schedule", "State", "Step", "schedule"]
+
 State = Literal["claimed", "skipped", "cancelled", "due", "scheduled", "passed"]
 RECORDED: tuple[State, ...] = ("claimed", "skipped", "cancelled")
 

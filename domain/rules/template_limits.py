@@ -34,6 +34,27 @@ from liquid.exceptions import (
 from liquid.expression import Expression
 from liquid.output import LimitedStringIO
 
+__all__ = [
+    "MAX_BLOCK_NESTING",
+    "MAX_CONTEXT_DEPTH",
+    "MAX_FILTER_TEXT",
+    "MAX_LOCALS_SIZE",
+    "MAX_LOOP_ITERATIONS",
+    "MAX_OUTPUT_CHARS",
+    "MAX_RENDER_SECONDS",
+    "MAX_SEQUENCE_ITEMS",
+    "BoundedRange",
+    "Budget",
+    "Clock",
+    "RenderTimeLimitError",
+    "SandboxContext",
+    "SandboxEnvironment",
+    "SandboxOutput",
+    "SequenceLimitError",
+    "bound_ranges",
+    "bounded_filter",
+]
+
 MAX_OUTPUT_CHARS = 20_000  # characters a render may write
 MAX_LOOP_ITERATIONS = 1_000  # iterations of all loops of one render together; also a range's length
 MAX_SEQUENCE_ITEMS = MAX_LOOP_ITERATIONS  # items of a sequence a filter builds

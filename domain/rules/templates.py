@@ -46,6 +46,18 @@ from domain.rules.template_limits import (
     bound_ranges,
 )
 
+__all__ = [
+    "DEFAULT_BODY",
+    "DEFAULT_TITLE",
+    "MAX_TEMPLATE_CHARS",
+    "MAX_VALUE_DEPTH",
+    "TemplateRefused",
+    "TemplateTooCostly",
+    "check",
+    "render",
+    "template_context",
+]
+
 MAX_TEMPLATE_CHARS = 10_000  # characters of template source
 MAX_VALUE_DEPTH = 8  # nesting of the data handed to a template (lists and dicts)
 

@@ -23,6 +23,18 @@ from domain.errors import Forbidden, InvalidInput, NotFound
 from portal.auth import CurrentViewer, Viewer
 from tocsin.core.clock import utcnow
 
+__all__ = [
+    "DONE",
+    "LABEL_MAX_LENGTH",
+    "ROUTES",
+    "CreateForm",
+    "Form",
+    "api_keys",
+    "confirm_revoke",
+    "create_key",
+    "revoke_key",
+]
+
 LABEL_MAX_LENGTH = 200  # characters of a key's label (valid_name refuses longer)
 DONE = {"revoked": "Key revoked: requests that present it are refused from now on."}
 

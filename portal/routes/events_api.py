@@ -43,6 +43,30 @@ from portal.ratelimit import ApiKeyFailures, ApiKeyRateLimit
 from portal.redaction import secret_query_names
 from portal.settings import PortalSettings
 
+__all__ = [
+    "BATCH_MAX_BODY",
+    "BEARER",
+    "CALLER",
+    "EVENT_DOC",
+    "EVENT_MAX_BODY",
+    "KEY_FAILURES",
+    "KEY_IN_QUERY",
+    "RATE_LIMIT",
+    "SECURITY_COMPONENTS",
+    "BatchOut",
+    "ErrorOut",
+    "IdempotencyKey",
+    "KeyRefused",
+    "ProblemOut",
+    "RecordedOut",
+    "api_error",
+    "record_batch_request",
+    "record_event_request",
+    "refuse_hostile_json",
+    "requires_api_key",
+    "router",
+]
+
 log = logging.getLogger("tocsin.events_api")
 
 CALLER = "tocsin.api_key"  # connection-state key of the request's CallerKey

@@ -39,6 +39,19 @@ from portal.downloads import csv_download, download_time_limit
 from tocsin.core.settings import Settings
 from tocsin.monitoring.status import tenant_liveness
 
+__all__ = [
+    "DECIDED",
+    "STATUS_LABELS",
+    "Filters",
+    "Text",
+    "ledger",
+    "ledger_csv",
+    "ledger_filters",
+    "mark_delivered",
+    "needs_attention",
+    "send_again",
+]
+
 STATUS_LABELS = {
     LedgerStatus.CLAIMED: "Claimed", LedgerStatus.SKIPPED: "Skipped (window passed)",
     LedgerStatus.CANCELLED: "Cancelled", LedgerStatus.DELIVERED: "Delivered",

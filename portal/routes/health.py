@@ -29,6 +29,8 @@ from tocsin.core.settings import Settings
 from tocsin.messaging.queues import QueueInspector, QueuesUnavailable
 from tocsin.monitoring.status import MachineryStatus, machinery_status
 
+__all__ = ["healthz", "readyz"]
+
 log = logging.getLogger("tocsin.health")
 
 

@@ -37,6 +37,8 @@ from portal.settings import app_settings
 from portal.sns import ConfirmationFailed, verify_signature, visit_subscribe_url
 from tocsin.core.clock import utcnow
 
+__all__ = ["MAX_BODY", "ses_events"]
+
 log = logging.getLogger("tocsin.hooks")
 
 MAX_BODY = 256 * 1024 + 16 * 1024  # bytes: a 256 KB SNS message plus its envelope

@@ -33,6 +33,19 @@ from db.platform.tenancy import TenantTx, tenant_tx
 from domain.errors import InvalidInput, NotFound
 from portal.auth import VIEWER_IN_HANDLER, CurrentViewer, Viewer, viewer_tx
 
+__all__ = [
+    "ACTIONS",
+    "CreatedAt",
+    "CursorId",
+    "ItemAction",
+    "change_notification",
+    "inbox",
+    "newer_notifications",
+    "older_notifications",
+    "read_everything",
+    "unread_badge",
+]
+
 CreatedAt = Annotated[datetime | None, QueryParameter(name="created_at", required=False)]
 CursorId = Annotated[int | None, QueryParameter(name="id", required=False, ge=1)]
 

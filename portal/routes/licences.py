@@ -23,6 +23,17 @@ from domain.notices.licence import RENEWAL_WINDOW_DAYS
 from portal.auth import BEYOND_THE_WALL, CurrentViewer, Viewer, safe_next
 from tocsin.core.clock import utcnow
 
+__all__ = [
+    "SOON",
+    "RenewalForm",
+    "client_licence",
+    "clients",
+    "my_licence",
+    "renew_client_licence",
+    "renew_own_licence",
+    "wall",
+]
+
 SOON = RENEWAL_WINDOW_DAYS  # days before expiry from which a client user may renew
 
 

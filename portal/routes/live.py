@@ -21,6 +21,8 @@ from portal.auth import CurrentViewer
 from portal.live import InboxListener, ListenerUnavailable, Watch
 from portal.settings import PortalSettings
 
+__all__ = ["EVENT", "HEARTBEAT_SECONDS", "RETRY_MILLISECONDS", "inbox_events", "inbox_stream"]
+
 EVENT = "inbox"  # the page listens with hx-trigger="sse:inbox"
 HEARTBEAT_SECONDS = 15.0  # a comment this often keeps proxies from closing an idle stream
 RETRY_MILLISECONDS = 3_000  # how long the browser waits before reconnecting an ended stream

@@ -22,6 +22,17 @@ from portal.ratelimit import LoginThrottle, PasswordChecks
 from portal.sessions import end_session, session_identity, session_store, start_session
 from portal.settings import PortalSettings
 
+__all__ = [
+    "CSRF_COOKIE",
+    "FIELD_MAX_LENGTH",
+    "WRONG_CREDENTIALS",
+    "LoginForm",
+    "login",
+    "login_page",
+    "logout",
+    "signed_in_redirect",
+]
+
 CSRF_COOKIE = "tocsin_csrf"  # the name portal.app gives Litestar's CSRF cookie
 
 WRONG_CREDENTIALS = (

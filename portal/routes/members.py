@@ -36,6 +36,22 @@ from portal.sessions import session_store, start_session
 from tocsin.core.clock import utcnow
 from tocsin.core.keys import SigningKeys
 
+__all__ = [
+    "DONE",
+    "FIELD_MAX_LENGTH",
+    "INVITATION_DAYS",
+    "AcceptForm",
+    "Form",
+    "InviteForm",
+    "RoleForm",
+    "change_role",
+    "deactivate_member",
+    "invitation_page",
+    "invite",
+    "join",
+    "members",
+]
+
 INVITATION_DAYS = 7  # days an invitation link works
 FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright
 DONE = {

@@ -19,6 +19,8 @@ from prometheus_client.registry import CollectorRegistry
 from portal.auth import PUBLIC
 from portal.settings import PortalSettings
 
+__all__ = ["metrics"]
+
 
 def _authorised(header: str | None, token: str) -> bool:
     expected = f"Bearer {token}".encode()

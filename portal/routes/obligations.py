@@ -34,6 +34,16 @@ from portal.auth import CurrentViewer, Viewer
 from portal.downloads import csv_download, download_time_limit
 from tocsin.core.clock import utcnow
 
+__all__ = [
+    "ROUTES",
+    "Filters",
+    "Text",
+    "obligation_filters",
+    "obligations",
+    "obligations_csv",
+    "subject_page",
+]
+
 Text = Annotated[str, QueryParameter(max_length=100)]
 
 

@@ -44,6 +44,21 @@ from domain.people.identity import WHOLE_NUMBER, Role
 from portal.auth import CurrentViewer, Viewer
 from tocsin.core.clock import utcnow
 
+__all__ = [
+    "FIELD_MAX_LENGTH",
+    "FREQUENCY_LABELS",
+    "ROUTES",
+    "CategoryForm",
+    "DefaultForm",
+    "Form",
+    "ScheduleForm",
+    "preference_centre",
+    "save_category",
+    "save_delivery_schedule",
+    "save_tenant_default",
+    "tenant_defaults",
+]
+
 FREQUENCY_LABELS = {
     Frequency.INSTANT: "Straight away",
     Frequency.DAILY_DIGEST: "Daily digest",

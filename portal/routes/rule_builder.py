@@ -50,6 +50,31 @@ from portal.auth import CurrentViewer, Viewer
 from portal.routes.rules import admin_only, base_context, chosen_product
 from tocsin.core.clock import utcnow
 
+__all__ = [
+    "BUILDER_MAX_BYTES",
+    "KIND_LABELS",
+    "MAX_ROWS",
+    "RECIPIENT_LABELS",
+    "ROUTES",
+    "SAVED",
+    "TREES",
+    "ErrorIndex",
+    "Short",
+    "Value",
+    "Vocabulary",
+    "builder_context",
+    "condition_row",
+    "create_rule_form",
+    "edit_rule",
+    "new_rule",
+    "preview_rule",
+    "read_form",
+    "recipient_row",
+    "refresh_builder",
+    "removed_row",
+    "save_rule_form",
+]
+
 BUILDER_MAX_BYTES = 256 * 1024  # bytes of a builder form: two templates of 20,000 characters, encoded
 MAX_ROWS = 60  # condition rows read from one form (a tree holds at most 50 leaves)
 SAVED = {

@@ -22,6 +22,8 @@ from portal.auth import CurrentViewer
 from portal.routes.rules import admin_only, base_context
 from tocsin.core.clock import utcnow
 
+__all__ = ["ROUTES", "Choice", "describe_trace", "dry_run_page"]
+
 
 def describe_trace(trace: LeafTrace) -> str:
     return describe_condition({"fact": trace.fact, "op": trace.op, "value": trace.expected})

@@ -39,6 +39,29 @@ from domain.rules.diff import describe_trigger, diff_rules
 from portal.auth import CurrentViewer, Viewer
 from tocsin.core.clock import utcnow
 
+__all__ = [
+    "DONE",
+    "DUPLICATE_TRIES",
+    "IMPORT_MAX_BYTES",
+    "ROUTES",
+    "Back",
+    "Product_",
+    "RuleLine",
+    "admin_only",
+    "base_context",
+    "chosen_product",
+    "copy_name",
+    "disable_rule",
+    "duplicate_rule",
+    "enable_rule",
+    "export_rules_json",
+    "import_rules_form",
+    "list_context",
+    "rule_history",
+    "rule_lines",
+    "rules_list",
+]
+
 IMPORT_MAX_BYTES = 2 * 1024 * 1024  # bytes of an uploaded rules file (1,000 rules fit)
 DUPLICATE_TRIES = 20  # "Copy of X (n)" names tried before giving up
 DONE = {

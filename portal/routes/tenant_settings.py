@@ -19,6 +19,8 @@ from domain.delivery.states import UnknownPolicy
 from domain.errors import NotFound
 from portal.auth import CurrentViewer, Viewer
 
+__all__ = ["DONE", "ROUTES", "PolicyForm", "change_unknown_outcome", "settings_page"]
+
 DONE = {"unknown-outcome": "Saved. It applies to every unknown outcome from now on."}
 
 

@@ -22,6 +22,8 @@ from portal.auth import PUBLIC
 from tocsin.core.clock import utcnow
 from tocsin.core.keys import SigningKeys
 
+__all__ = ["EXPIRED", "INVALID", "ROUTES", "unsubscribe_link"]
+
 INVALID = ("This unsubscribe link is not valid",
            "It may have been copied incompletely. Open the link from your most recent email, "
            "or sign in and change your notification preferences.")

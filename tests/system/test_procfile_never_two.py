@@ -118,7 +118,10 @@ def test_a_whole_worker_frozen_past_its_lease_records_late_answers_and_a_kill_do
 ) -> None:
     count = _deliveries(tenant)
     with FaultySes(ses.endpoint, policy=lambda n: "hold" if n > 40 else "pass") as provider:
-        stack = procfile(SES_ENDPOINT_URL=provider.url, **WORKERS).start_all()
+        # The frozen calls' socket timeouts outlast the freeze: a process resumed past its
+        # deadline may see the timeout before the answer waiting in its socket.
+        stack = procfile(SES_ENDPOINT_URL=provider.url, SES_READ_TIMEOUT_SECONDS="300",
+                         **WORKERS).start_all()
         answered_late = _every_thread_waiting(provider, tenant)
         _signal_worker(stack, signal.SIGSTOP)
         provider.answer_held()  # SES answers; the frozen workers will read it when they resume
@@ -172,7 +175,7 @@ def test_a_frozen_worker_whose_delivery_the_sweeper_made_unknown_settles_it_with
     _deliveries(tenant, clients=1, users=1)
     with FaultySes(ses.endpoint, policy=lambda n: "hold" if n == 1 else "pass") as provider:
         stack = procfile(SES_ENDPOINT_URL=provider.url, WORKER_PROCESSES="2", WORKER_THREADS="1",
-                         RECONCILE_WINDOW_SECONDS="3600").start_all()
+                         RECONCILE_WINDOW_SECONDS="3600", SES_READ_TIMEOUT_SECONDS="300").start_all()
         wait_until(lambda: len(provider.held_now(tenant.slug)) == 1, "the send to be in flight")
         [delivery_id] = provider.held_now(tenant.slug)
         holder = _holder_of_the_call(stack, provider)
@@ -197,8 +200,11 @@ def test_a_resend_that_happened_before_the_late_answer_leaves_both_attempts_in_t
 ) -> None:
     _deliveries(tenant, clients=1, users=1)
     with FaultySes(ses.endpoint, policy=lambda n: "hold" if n == 1 else "pass") as provider:
-        stack = procfile(SES_ENDPOINT_URL=provider.url, WORKER_PROCESSES="2",
-                         WORKER_THREADS="1").start_all()
+        # The frozen call's socket timeout must outlast the freeze: a process resumed past its
+        # deadline may see the timeout before the answer waiting in its socket, and the test
+        # is about the answer.
+        stack = procfile(SES_ENDPOINT_URL=provider.url, WORKER_PROCESSES="2", WORKER_THREADS="1",
+                         SES_READ_TIMEOUT_SECONDS="300").start_all()
         wait_until(lambda: len(provider.held_now(tenant.slug)) == 1, "the send to be in flight")
         [delivery_id] = provider.held_now(tenant.slug)
         holder = _holder_of_the_call(stack, provider)

@@ -104,3 +104,13 @@ def test_the_low_password_hash_cost_is_refused_without_the_test_suites_marker() 
         load_settings({**BASE, "PASSWORD_HASH_COST": "cheap", "TOCSIN_TESTING": "1"})
     testing = load_settings({**BASE, "PASSWORD_HASH_COST": "low", "TOCSIN_TESTING": "1"})
     assert testing.password_hash_cost is PasswordHashCost.LOW
+
+
+def test_the_ses_read_timeout_defaults_to_20_seconds_and_reaches_the_client() -> None:
+    from tocsin.providers.ses import aws_client
+
+    assert load_settings(BASE).ses_read_timeout_seconds == 20.0
+    patient = load_settings({**BASE, "SES_READ_TIMEOUT_SECONDS": "300", "SES_ENDPOINT_URL": "http://127.0.0.1:1"})
+    assert aws_client(patient, "sesv2").meta.config.read_timeout == 300.0
+    with pytest.raises(ConfigError, match="SES_READ_TIMEOUT_SECONDS must be greater than 0"):
+        load_settings({**BASE, "SES_READ_TIMEOUT_SECONDS": "0"})

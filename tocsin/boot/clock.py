@@ -21,6 +21,8 @@ import dramatiq
 from tocsin import boot
 from tocsin.core.settings import load_settings
 
+__all__ = ["run_clock"]
+
 log = logging.getLogger("tocsin.clock")
 
 

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+__all__ = ["pinned", "timestamp", "utcnow"]
+
 _pinned: datetime | None = None
 
 

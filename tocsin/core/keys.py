@@ -27,6 +27,21 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from tocsin.core.settings import DEV_SESSION_SECRET, ConfigError, Secrets, Settings
 
+__all__ = [
+    "KEY_BYTES",
+    "MIN_SECRET_BYTES",
+    "SECRET_FILE",
+    "SECRET_FILE_MODE",
+    "KeyRing",
+    "Purpose",
+    "SigningKeys",
+    "derive_key",
+    "kept_session_secret",
+    "require_strong_secret",
+    "signing_keys",
+    "weak_secret_reason",
+]
+
 MIN_SECRET_BYTES = 32  # bytes (UTF-8) of SESSION_SECRET outside the embedded services
 KEY_BYTES = 32  # bytes of each derived key (HMAC-SHA256)
 _SALT = b"tocsin signing keys v1"  # fixed: changing it would invalidate every signature

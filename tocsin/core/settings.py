@@ -17,6 +17,22 @@ from domain.delivery.preparation_queues import DEFAULT_PRODUCT_QUEUES, parse_pro
 from domain.delivery.sns_messages import valid_test_origin, valid_topic_arn
 from domain.errors import InvalidInput
 
+__all__ = [
+    "DEV_SESSION_SECRET",
+    "SECRET_FIELDS",
+    "TESTING_MARKER",
+    "ConfigError",
+    "PasswordHashCost",
+    "Secrets",
+    "Settings",
+    "env_float",
+    "env_int",
+    "load_secrets",
+    "load_settings",
+    "redact_password",
+    "worker_metrics_address",
+]
+
 
 class ConfigError(Exception):
     """A setting is missing or malformed."""
@@ -58,6 +74,8 @@ class Settings:
     # The SES configuration set every email is sent with (its event destination publishes the
     # Send, Delivery, Bounce and Complaint events to /hooks/ses); unset: the identity's default.
     ses_configuration_set: str | None = None
+    # Seconds one SES call may wait for its answer before it counts as unknown.
+    ses_read_timeout_seconds: float = 20.0
     sweep_interval_seconds: int = 60  # seconds between two sweeps
     reconcile_window_seconds: int = 15 * 60  # wait for a provider event before resending
     stuck_grace_seconds: int = 30 * 60  # a claim notifying nobody this long is stuck
@@ -301,6 +319,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         db_pool_max=env_int(env, "DB_POOL_MAX", 10),
         ses_max_send_rate=env_float(env, "SES_MAX_SEND_RATE", 14.0),
         ses_configuration_set=env.get("SES_CONFIGURATION_SET") or None,
+        ses_read_timeout_seconds=env_float(env, "SES_READ_TIMEOUT_SECONDS", 20.0),
         sweep_interval_seconds=env_int(env, "SWEEP_INTERVAL_SECONDS", 60),
         reconcile_window_seconds=env_int(env, "RECONCILE_WINDOW_SECONDS", 15 * 60, minimum=0),
         stuck_grace_seconds=env_int(env, "STUCK_GRACE_SECONDS", 30 * 60, minimum=0),

@@ -103,6 +103,10 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "`/hooks/ses`; unset, the sending identity's default set. See "
         "[Delivery guarantees](../design/delivery.md#making-the-bound-none-ses-events).",
     ),
+    "SES_READ_TIMEOUT_SECONDS": SettingDoc(
+        "Seconds one SES call waits for its answer; a call that gets none in time is recorded "
+        "as an unknown outcome (the sweeper and SES events settle it).",
+    ),
     "SWEEP_INTERVAL_SECONDS": SettingDoc("Seconds between two sweeps (and digest ticks)."),
     "RECONCILE_WINDOW_SECONDS": SettingDoc(
         "Seconds an unknown outcome waits for an SES event before the tenant's unknown-outcome "

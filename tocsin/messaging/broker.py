@@ -37,6 +37,8 @@ from tocsin.messaging.consumers import ConsumerHeartbeats
 from tocsin.messaging.rabbitmq_broker import OneConnectionRabbitmqBroker
 from tocsin.messaging.redis_broker import WakingRedisBroker
 
+__all__ = ["BrokerNotInstalled", "build_broker", "current_broker", "install_broker"]
+
 
 class BrokerNotInstalled(RuntimeError):
     """A message was sent before the process installed its broker."""

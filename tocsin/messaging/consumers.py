@@ -21,6 +21,8 @@ from redis.exceptions import RedisError
 from tocsin.core import runtime
 from tocsin.messaging.queues import CONSUMER_BEAT_SECONDS, ConsumerRegistry
 
+__all__ = ["STOP_WAIT_SECONDS", "ConsumerHeartbeats", "consumed_queues"]
+
 log = logging.getLogger("tocsin.consumers")
 
 STOP_WAIT_SECONDS = 10.0  # seconds shutdown waits for a beat in progress (one Redis round trip)

@@ -18,6 +18,17 @@ import redis
 
 from tocsin.core.settings import Settings
 
+__all__ = [
+    "PUBLISH_TIMEOUT",
+    "InboxAnnouncer",
+    "announce",
+    "channel",
+    "channel_pattern",
+    "configure_announcer",
+    "decode",
+    "encode",
+]
+
 log = logging.getLogger("tocsin.messaging.inbox_events")
 
 PUBLISH_TIMEOUT = 2.0  # seconds a publish may take before the push is given up (the poll remains)

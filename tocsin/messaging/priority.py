@@ -10,4 +10,6 @@ latency). Priority orders waiting messages only: nothing is skipped or starved, 
 tick's fan-out is bounded by the tenants and runs as soon as the urgent work is done.
 """
 
+__all__ = ["BACKGROUND"]
+
 BACKGROUND = 100

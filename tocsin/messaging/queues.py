@@ -27,6 +27,20 @@ from domain.delivery.preparation_queues import DEFAULT_PRODUCT_QUEUES, preparati
 from tocsin.core.clock import timestamp
 from tocsin.core.settings import Settings
 
+__all__ = [
+    "CONSUMER_BEAT_SECONDS",
+    "CONSUMER_TTL_SECONDS",
+    "PRODUCT_QUEUES",
+    "ConsumerRegistry",
+    "QueueDepth",
+    "QueueDepths",
+    "QueueInspector",
+    "QueueState",
+    "QueuesUnavailable",
+    "RabbitmqQueueDepths",
+    "RedisQueueDepths",
+]
+
 # Every queue the product's actors use (tests/integration/test_status.py checks this
 # against the queues the actors declare): each needs a live consumer.
 # The preparation queues are those of the default PRODUCT_QUEUES setting; a queue of a

@@ -20,6 +20,8 @@ from dramatiq import Message
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.errors import QueueJoinTimeout
 
+__all__ = ["JOIN_MIN_EMPTY", "OneConnectionRabbitmqBroker"]
+
 JOIN_MIN_EMPTY = 10  # consecutive looks at an empty queue before join() says it is drained
 
 

@@ -32,6 +32,8 @@ from dramatiq.common import compute_backoff
 from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 
+__all__ = ["IDLE_WAIT_MS", "WakingRedisBroker"]
+
 IDLE_WAIT_MS = 1_000  # longest an idle consumer blocks before fetching (and heartbeating) again
 
 

@@ -24,6 +24,15 @@ import redis
 
 from tocsin.core.settings import Settings
 
+__all__ = [
+    "MARKER_NAME",
+    "RABBITMQ_TIMEOUT_SECONDS",
+    "RabbitmqMarker",
+    "RedisMarker",
+    "SweeperMarker",
+    "sweeper_marker",
+]
+
 MARKER_NAME = "sweeper-marker"
 RABBITMQ_TIMEOUT_SECONDS = 10.0  # seconds to connect to RabbitMQ or wait for one answer
 

@@ -32,6 +32,29 @@ from domain.delivery.states import ErrorClass
 from domain.notices.licence import RULE as LICENCE_RULE
 from tocsin.core.settings import ConfigError, Settings
 
+__all__ = [
+    "EMAIL_ATTEMPTS",
+    "EMAIL_ERRORS",
+    "MULTIPROCESS_DIR",
+    "RELAY_BREAKERS_OPEN",
+    "RELAY_EVENTS",
+    "RELAY_LAG",
+    "RUN_BUCKETS",
+    "SCAN_CLAIMS",
+    "SCAN_LICENCE_MOVES",
+    "SCAN_SECONDS",
+    "SCAN_TIME_CANCELLED",
+    "SWEEP_SECONDS",
+    "TIME_RULES",
+    "WORKER_REGISTRY",
+    "count_scan",
+    "count_time_scan",
+    "endpoint_environment",
+    "install_endpoint",
+    "remove_sample_directory",
+    "sample_directory",
+]
+
 TIME_RULES = "time"  # the label of every tenant time rule's claims (rule ids are unbounded)
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's switch to shared files

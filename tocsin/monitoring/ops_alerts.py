@@ -14,6 +14,15 @@ from tocsin.providers.ses import SesMailer, aws_client
 if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient
 
+__all__ = [
+    "LOCAL_OPS_TOPIC",
+    "LOCAL_SES_EVENTS_TOPIC",
+    "PUBLISH_HOLD_SECONDS",
+    "prepare_local_aws",
+    "publish_alerts",
+    "sns",
+]
+
 log = logging.getLogger("tocsin.ops")
 
 LOCAL_OPS_TOPIC = "tocsin-ops"  # created on the local endpoint by `tocsin up` and the tests

@@ -14,6 +14,8 @@ from db.platform.runs import TenantRuns, last_runs_of_active_tenants
 from domain.liveness import RunKind, sweep_is_overdue, sweep_overdue_after
 from tocsin.messaging.queues import QueueInspector, QueueState
 
+__all__ = ["MachineryStatus", "TenantLiveness", "machinery_status", "tenant_liveness"]
+
 
 @dataclass(frozen=True)
 class TenantLiveness:

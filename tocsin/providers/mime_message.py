@@ -38,6 +38,8 @@ from tocsin.core.clock import utcnow
 if TYPE_CHECKING:
     from tocsin.providers.ses import OutgoingEmail
 
+__all__ = ["HEADERS_UNFOLDED", "MAX_LINE", "MessageComposer"]
+
 
 class _HeaderClasses(HeaderRegistry):
     """The standard registry, but each header's class is built once: HeaderRegistry calls

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import redis
 
+__all__ = ["RateLimited", "SendRateLimiter", "Slot", "Slots", "get_limiter", "set_limiter"]
+
 _RESERVE = (Path(__file__).parent / "send_rate_reserve.lua").read_text()  # Lua, run in Redis
 
 

@@ -23,6 +23,17 @@ from tocsin.providers.mime_message import MessageComposer
 if TYPE_CHECKING:
     from mypy_boto3_sesv2 import SESV2Client
 
+__all__ = [
+    "Accepted",
+    "Mailer",
+    "OutgoingEmail",
+    "ProviderError",
+    "SesMailer",
+    "aws_client",
+    "get_mailer",
+    "set_mailer",
+]
+
 
 @dataclass(frozen=True)
 class OutgoingEmail:
@@ -66,7 +77,7 @@ def aws_client(settings: Settings, service: str) -> object:
         endpoint_url=settings.ses_endpoint_url,
         # Exactly one HTTP request per call: a retry inside botocore would resend a message
         # whose answer was lost, behind the back of the delivery state machine.
-        config=Config(connect_timeout=5, read_timeout=20,
+        config=Config(connect_timeout=5, read_timeout=settings.ses_read_timeout_seconds,
                       retries={"mode": "standard", "total_max_attempts": 1}),
         **credentials,
     )

@@ -24,6 +24,38 @@ from domain.people.identity import (
 from tocsin.core.clock import utcnow
 from tocsin.core.settings import ConfigError, Settings
 
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_DEGRADED",
+    "EXIT_UNAVAILABLE",
+    "SELF_STARTING",
+    "UNKNOWN_OUTCOME_TRADE_OFF",
+    "Bootstrap",
+    "Parser",
+    "build_parser",
+    "cmd_client_create",
+    "cmd_clock",
+    "cmd_demo_events",
+    "cmd_events_status",
+    "cmd_ledger",
+    "cmd_migrate",
+    "cmd_scan",
+    "cmd_seed_demo",
+    "cmd_status",
+    "cmd_stuck",
+    "cmd_sweep",
+    "cmd_tenant_create",
+    "cmd_tenant_list",
+    "cmd_tenant_unknown_outcome",
+    "cmd_up",
+    "cmd_user_create",
+    "cmd_web",
+    "cmd_worker",
+    "main",
+    "positive_count",
+    "queue_name",
+]
+
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
 EXIT_DEGRADED = 3  # `tocsin status`: a queue has no live consumer or a tenant's sweep is overdue

@@ -15,6 +15,8 @@ from typing import Any
 from domain.errors import InvalidInput
 from domain.people.identity import valid_slug
 
+__all__ = ["Command", "add_calendar_commands", "cmd_calendar_set", "cmd_calendar_show"]
+
 Command = Callable[..., argparse.ArgumentParser]
 _DAY_NAMES = {1: "Mon", 2: "Tue", 3: "Wed", 4: "Thu", 5: "Fri", 6: "Sat", 7: "Sun"}
 

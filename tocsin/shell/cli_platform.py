@@ -10,6 +10,17 @@ from typing import Any
 
 from domain.people.identity import valid_slug
 
+__all__ = [
+    "Command",
+    "add_platform_commands",
+    "cmd_apikey_create",
+    "cmd_apikey_list",
+    "cmd_apikey_revoke",
+    "cmd_hierarchy_add",
+    "cmd_product_create",
+    "cmd_product_list",
+]
+
 Command = Callable[..., argparse.ArgumentParser]
 
 

@@ -25,6 +25,20 @@ from domain.events.json_input import load_json
 from domain.people.identity import valid_slug
 from tocsin.core.clock import utcnow
 
+__all__ = [
+    "Command",
+    "add_rules_commands",
+    "cmd_rules_create",
+    "cmd_rules_disable",
+    "cmd_rules_dry_run",
+    "cmd_rules_enable",
+    "cmd_rules_export",
+    "cmd_rules_import",
+    "cmd_rules_list",
+    "cmd_rules_show",
+    "cmd_rules_update",
+]
+
 Command = Callable[..., argparse.ArgumentParser]
 
 

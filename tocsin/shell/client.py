@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+__all__ = ["TIMEOUT", "TocsinApiError", "TocsinClient"]
+
 TIMEOUT = 30.0  # seconds for one request
 
 

@@ -22,6 +22,17 @@ from tocsin.core.clock import utcnow
 from tocsin.shell.demo_fraud import seed_fraud_desk
 from tocsin.shell.demo_metrology import seed_metrology
 
+__all__ = [
+    "DEMO_CLIENTS",
+    "DEMO_PASSWORD",
+    "DEMO_SLUG",
+    "DEMO_STAFF",
+    "DEMO_ZONE",
+    "QUIET_FOR",
+    "QUIET_USER",
+    "seed_demo",
+]
+
 DEMO_SLUG = "demo"
 DEMO_ZONE = "Europe/London"
 DEMO_PASSWORD = "tocsin-demo"

@@ -25,6 +25,17 @@ from domain.people.identity import Role
 from tocsin.core import runtime
 from tocsin.shell.outbox import record_event
 
+__all__ = [
+    "DEMO_API_KEY",
+    "DEMO_EVENTS",
+    "INVESTIGATORS",
+    "LARGE_CASE_RULE",
+    "REASSIGNED_RULE",
+    "REGION_HEADS",
+    "seed_fraud_desk",
+    "send_demo_events",
+]
+
 # Published like the demo password: the demo tenant only, never a real one.
 DEMO_API_KEY = "tsk_demo_0123456789abcdefghijklmnopqrstuvwxyz"
 INVESTIGATORS = (("sam@demo.example", "Sam Okafor"), ("rui@demo.example", "Rui Costa"))

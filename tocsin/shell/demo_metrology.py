@@ -29,6 +29,18 @@ from tocsin.core import runtime
 from tocsin.core.clock import utcnow
 from tocsin.shell.outbox import record_event
 
+__all__ = [
+    "CALIBRATION_RULE",
+    "CERTIFICATES",
+    "PRODUCT",
+    "SITES",
+    "SITE_LEVEL",
+    "certificate_event",
+    "demo_certificates",
+    "seed_metrology",
+    "set_up_metrology",
+]
+
 PRODUCT = "metrology"
 SITE_LEVEL = "site"
 # (unit code, site name, zone, site manager's email and name, technician's email and name)

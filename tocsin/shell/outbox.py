@@ -41,6 +41,8 @@ from domain.errors import InvalidInput, NotFound
 from domain.events.intake import InvalidEvents, parse_event
 from domain.people.identity import valid_slug
 
+__all__ = ["record_event"]
+
 
 def record_event(conn: psycopg.Connection[Any], tenant_slug: str, event: dict[str, Any]) -> int:
     """Record ``event`` for tenant ``tenant_slug`` in the transaction open on ``conn`` (a

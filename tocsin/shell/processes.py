@@ -19,6 +19,20 @@ from tocsin.core.keys import kept_session_secret, require_strong_secret
 from tocsin.core.settings import Settings, load_secrets, load_settings, worker_metrics_address
 from tocsin.shell.services import start_embedded, wants_local_aws
 
+__all__ = [
+    "IDLE_POLL",
+    "IDLE_POLL_MS",
+    "PACKAGED_PROCFILE",
+    "WORKER_BROKER",
+    "WORKER_CRASH_LIMIT",
+    "WORKER_CRASH_WINDOW",
+    "WORKER_RESTART_BACKOFF",
+    "procfile_environment",
+    "run_everything",
+    "run_worker",
+    "status_command",
+]
+
 # A worker that keeps dying at once (a bad deploy, Redis refusing) is not restarted forever:
 # this many unasked exits within the window end `tocsin worker` with an error.
 WORKER_CRASH_LIMIT = 5

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+__all__ = ["LINE_SECONDS", "REDRAW_SECONDS", "ProgressLine", "progress_text"]
+
 REDRAW_SECONDS = 0.2  # on a terminal: at most five redraws a second
 LINE_SECONDS = 10.0  # elsewhere: one line per ten seconds (and one at the end)
 

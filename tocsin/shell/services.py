@@ -22,6 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "READY_TIMEOUT",
+    "EmbeddedServices",
+    "ServiceError",
+    "free_port",
+    "start_embedded",
+    "wants_local_aws",
+]
+
 READY_TIMEOUT = 60.0  # seconds to wait for an embedded service to accept connections
 
 

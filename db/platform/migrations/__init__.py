@@ -20,6 +20,23 @@ from domain.notices.claims import CLAIM
 from domain.notices.licence import LICENCE
 from domain.state_machine import StateMachine
 
+__all__ = [
+    "CONTROL",
+    "MIGRATION_LOCK",
+    "STATUS_MACHINES",
+    "TENANT",
+    "Migration",
+    "MigrationReport",
+    "ProgressListener",
+    "SchemaMigrated",
+    "apply_tenant_migrations",
+    "drop_schema",
+    "ensure_control_schema",
+    "migrate_all",
+    "schemas_behind",
+    "sync_state_moves",
+]
+
 MIGRATION_LOCK = 7_160_001  # advisory lock key held while migrating
 
 # Each tenant table's status column and the domain machine its trigger (tenant migration
