@@ -1,1 +1,3 @@
-"""Tocsin's application shell: settings, embedded services, processes and the CLI."""
+"""Tocsin's process side, by layer: the core (settings, the clock, keys), the adapters
+(messaging, providers), monitoring, the shell (CLI, supervisor, services, demos) and one
+bootstrap per process kind (tocsin/boot)."""
