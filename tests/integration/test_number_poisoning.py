@@ -61,6 +61,15 @@ def notices(tenant: Tenant) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def claims_prepared(tenant: Tenant) -> bool:
+    """Every claim in the ledger has its notices written (the evaluation commits first, its
+    claims are prepared just after: a test that reads notices waits for this)."""
+    with tenant_tx(tenant.slug) as tx:
+        row = tx.conn.execute("SELECT count(*) FROM notification_ledger "
+                              "WHERE status = 'claimed' AND prepared_at IS NULL").fetchone()
+    return row is not None and row[0] == 0
+
+
 def event_statuses(tenant: Tenant) -> dict[str, tuple[str, str | None]]:
     with tenant_tx(tenant.slug) as tx:
         rows = tx.conn.execute("SELECT s.external_id, e.status, e.last_error FROM events e "
@@ -133,6 +142,7 @@ def test_a_huge_number_a_host_wrote_into_the_tables_is_compared_exactly_beside_a
     wait_until(lambda: len(event_statuses(desk.tenant)) == 3 and all(
         status == "evaluated" for status, _ in event_statuses(desk.tenant).values()),
         "the batch to be evaluated")
+    wait_until(lambda: claims_prepared(desk.tenant), "the claims' notices")
     assert notices(desk.tenant) == ["Large case C-1", "Large case C-2"]  # -10**400 is not greater
     assert breaker(desk.tenant.slug).current_state == "closed"
 
@@ -152,6 +162,7 @@ def test_an_event_whose_evaluation_raises_fails_alone_and_its_batch_is_notified(
     relay_tick.send()  # what the clock sends: no wake-up comes from a host's process
     wait_until(lambda: event_statuses(desk.tenant).get("C-2", ("",))[0] == "failed"
                and event_statuses(desk.tenant)["C-3"][0] == "evaluated", "the batch to be evaluated")
+    wait_until(lambda: claims_prepared(desk.tenant), "the claims' notices")
     statuses = event_statuses(desk.tenant)
     assert statuses["C-1"] == ("evaluated", None) and statuses["C-3"] == ("evaluated", None)
     error = statuses["C-2"][1]

@@ -39,17 +39,6 @@ SYSTEM_SETTINGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcfileStack]:
-    """One stack, with the system settings, for the tests of a module that neither kill,
-    freeze nor reconfigure any of its processes; closed after the module's last test."""
-    stack = ProcfileStack(tmp_path_factory.mktemp("shared-stack"), **SYSTEM_SETTINGS)
-    try:
-        yield stack.start_all()
-    finally:
-        stack.close()
-
-
 @pytest.fixture
 def procfile(tenant: Tenant, tmp_path: Path) -> Iterator[Callable[..., ProcfileStack]]:
     """Make a stack (not started) with the system settings and these overrides. Every stack

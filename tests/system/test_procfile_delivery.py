@@ -1,7 +1,8 @@
 """Delivery under the Procfile's processes, judged from outside: quiet hours released by the
 running sweep, a permanent failure made visible and alerted, three clocks at once, and
-email links that reach the web process. The tests that leave the stack as they found it
-share one (shared_stack); the others make their own."""
+email links that reach the web process. Each test runs a stack of its own: a stack left
+running across tests would also scan and deliver the next test's tenant (its worker sends
+through the real endpoint what a test's faulty endpoint was meant to refuse)."""
 
 from __future__ import annotations
 
@@ -34,9 +35,9 @@ def _today(tenant: Tenant) -> date:
 
 
 def test_an_email_deferred_by_quiet_hours_that_end_20_seconds_later_is_sent_after_them_once(
-    tenant: Tenant, ses: SesOutbox, shared_stack: ProcfileStack,
+    tenant: Tenant, ses: SesOutbox, procfile: Callable[..., ProcfileStack],
 ) -> None:
-    stack = shared_stack
+    stack = procfile().start_all()
     now = datetime.now(UTC).replace(microsecond=0)
     quiet_until = now + QUIET_FOR
     # Client, person and quiet hours in one transaction: the next scan finds them together.
@@ -126,11 +127,11 @@ def test_three_clocks_for_several_intervals_claim_and_send_each_notice_once(
 
 
 def test_an_email_sent_under_the_procfile_links_to_the_web_process_and_its_unsubscribe_answers(
-    tenant: Tenant, ses: SesOutbox, shared_stack: ProcfileStack,
+    tenant: Tenant, ses: SesOutbox, procfile: Callable[..., ProcfileStack],
 ) -> None:
     """honcho gives each process its own PORT; the worker's links must still name the web's."""
-    stack = shared_stack  # running already: its next scan finds the client
     add_client(tenant, _today(tenant) + timedelta(days=7), name="Linked Ltd")
+    stack = procfile().start_all()
     wait_until(lambda: len(copies(ses, tenant)) == 1, "the reminder email", RECOVERY_LIMIT)
     [email] = [m for m in ses.sent() if f".{tenant.slug}@" in m.message_id]
 
