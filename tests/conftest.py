@@ -221,7 +221,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """For pytest-xdist's --dist loadgroup: the browser tests share one worker (one portal
     server, one Chromium), and a system module's tests share one (one after the other, as
-    they were written, and a module's shared stack is started once); the others go wherever
+    they were written: two stacks of one module never run at once); the others go wherever
     a worker is free."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
