@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.integration.conftest import WAIT_LIMIT, wait_until
+from tests.support.procfile_stack import listens_on
 from tocsin.boot.web import WEB_GRACEFUL_SHUTDOWN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,10 @@ def serve_portal(log_path: Path, *, as_procfile: bool = False, **settings: str) 
     with log_path.open("wb") as log:
         server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_until(lambda: server.poll() is not None or _healthy(url), "the portal to start")
+            # Healthy and listening itself: under pytest-xdist another worker's portal may
+            # have taken the port first and would answer for this one.
+            wait_until(lambda: server.poll() is not None
+                       or (_healthy(url) and listens_on(port, server.pid)), "the portal to start")
             if server.poll() is not None:
                 raise AssertionError(f"the portal exited at start-up; see {log_path}")
             yield url

@@ -104,6 +104,21 @@ def stopped(pid: int) -> bool:
     return bool(stat) and stat.rpartition(")")[2].split()[0] == "T"
 
 
+def listens_on(port: int, pid: int) -> bool:
+    """Whether this process holds the listening socket of a local TCP port."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in _read(table).decode().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    try:
+        links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return False
+    return bool(links & inodes)
+
+
 def connected_to(port: int, pids: list[int]) -> list[int]:
     """Which of these processes hold an open TCP connection to a local port."""
     inodes = set()
