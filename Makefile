@@ -61,7 +61,7 @@ chromium:
 # module's, on one worker), then its 15 slowest tests. Plain `pytest` runs it in one process.
 TEST_WORKERS ?= 4
 test: lint chromium
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 --reruns 1 -r R
 
 # The fuzz tests with a large budget (`make test` runs them with FUZZ_REQUESTS=300): prints
 # the number of generated requests and of responses of 500 or more (the goal is none).
