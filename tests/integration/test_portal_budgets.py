@@ -114,12 +114,17 @@ class SlowReader:
         self.sock.close()
 
 
+# When the test began, as PostgreSQL tells time: export connections opened before it belong
+# to apps an earlier test built in this process (under pytest-xdist, in the same database).
+_began: list[object] = []
+
+
 def export_backends() -> list[str]:
-    """The states of the export connections, as PostgreSQL sees them."""
+    """The states of the export connections opened since the test began, as PostgreSQL sees them."""
     with connection() as conn:
         rows = conn.execute(
             "SELECT state FROM pg_stat_activity WHERE application_name = %s "
-            "AND datname = current_database()", [APPLICATION_NAME]
+            "AND datname = current_database() AND backend_start >= %s", [APPLICATION_NAME, _began[-1]]
         ).fetchall()
     return [str(r[0]) for r in rows]
 
@@ -132,6 +137,8 @@ def test_slow_exports_and_many_streams_leave_other_tenants_signing_in_and_readin
     budget_url: str, make_tenant: Callable[[], Tenant]
 ) -> None:
     forget_sign_in_failures()
+    with connection() as conn:
+        _began.append(conn.execute("SELECT now()").fetchone()[0])  # type: ignore[index]
     attackers: list[Tenant] = [make_tenant(), make_tenant(), make_tenant()]
     for tenant in attackers:
         add_admin(tenant)
