@@ -44,6 +44,11 @@ def procfile(tenant: Tenant, tmp_path: Path) -> Iterator[Callable[..., ProcfileS
     """Make a stack (not started) with the system settings and these overrides. Every stack
     made is closed after the test, before its tenant is removed, pass or fail."""
     stacks: list[ProcfileStack] = []
+    # Its sign-ins come from 127.0.0.1, as every earlier real client's did. (Imported here:
+    # the root conftest registers portal_support as a plugin only once the settings are set.)
+    from tests.integration.portal_support import forget_sign_in_failures
+
+    forget_sign_in_failures()
 
     def make(**settings: str) -> ProcfileStack:
         stack = ProcfileStack(tmp_path / f"stack{len(stacks) + 1}", **(SYSTEM_SETTINGS | settings))
