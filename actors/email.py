@@ -25,6 +25,7 @@ from db.delivery.deliveries import (
     record_step_at_once,
     record_unknown,
 )
+from db.delivery.email_context import EmailContext, email_contexts
 from db.platform.pool import retrying
 from db.platform.tenancy import tenant_tx
 from domain.delivery.states import ErrorClass, email_message_id, email_text, retry_delay, should_retry
@@ -34,6 +35,7 @@ from tocsin.core.clock import utcnow
 from tocsin.core.keys import signing_keys
 from tocsin.core.settings import Settings
 from tocsin.monitoring.metrics import EMAIL_ATTEMPTS, EMAIL_ERRORS
+from tocsin.providers.email_compose import render_email
 from tocsin.providers.send_rate import RateLimited, get_limiter
 from tocsin.providers.ses import OutgoingEmail, ProviderError, get_mailer
 
@@ -77,9 +79,9 @@ def deliver_email(slug: str, *delivery_ids: int) -> None:
     # Sends start only while half the lease is left: past that, a slow provider could keep
     # a call going until the sweeper takes the delivery over and sends it again.
     send_until = time.monotonic() + settings.delivery_lease_seconds / 2
-    claims = _claim(slug, sorted(set(delivery_ids)), settings)
+    claims, contexts = _claim(slug, sorted(set(delivery_ids)), settings)
     if claims:
-        _Batch(slug, claims, settings, send_until).send()
+        _Batch(slug, claims, settings, send_until, contexts).send()
 
 
 class _Batch:
@@ -89,8 +91,10 @@ class _Batch:
     At any instant at most one of them is marked provider-called without an outcome: the
     call in flight, or the answer just received and about to be committed."""
 
-    def __init__(self, slug: str, claims: list[ClaimedEmail], settings: Settings, send_until: float):
+    def __init__(self, slug: str, claims: list[ClaimedEmail], settings: Settings, send_until: float,
+                 contexts: dict[int, EmailContext] | None = None):
         self.slug = slug
+        self.contexts = contexts or {}
         self.settings = settings
         self.send_until = send_until
         self.waiting = list(claims)  # claimed, not yet handed to the provider
@@ -168,7 +172,8 @@ class _Batch:
         self.waiting.remove(claim)
         EMAIL_ATTEMPTS.inc()
         try:
-            accepted = get_mailer().send(_compose(self.slug, claim, self.settings))
+            outgoing = _compose(self.slug, claim, self.settings, self.contexts.get(claim.delivery_id))
+            accepted = get_mailer().send(outgoing)
         except ProviderError as error:
             EMAIL_ERRORS.labels(error.error_class.value).inc()
             _record_error(self.slug, claim, error)
@@ -200,21 +205,23 @@ def _write_step(slug: str, answer: Answer | None, call: ClaimedEmail | None) -> 
                     patience=ANSWER_PATIENCE if answer is not None else 0.0)
 
 
-def _claim(slug: str, delivery_ids: list[int], settings: Settings) -> list[ClaimedEmail]:
+def _claim(slug: str, delivery_ids: list[int], settings: Settings
+           ) -> tuple[list[ClaimedEmail], dict[int, EmailContext]]:
     """One transaction: each delivery claimed, or settled (cancelled, deferred, batched),
     or not ours. In id order, as every claim takes its row locks, so two messages naming
     the same deliveries cannot deadlock."""
     with tenant_tx(slug) as tx:
         results = claim_deliveries(tx, delivery_ids, settings.delivery_lease_seconds, utcnow(),
                                    settings.portal_url)
-    claims = []
-    for result in results:
-        if isinstance(result, Settled):
-            log.info("delivery tenant=%s id=%d not sent now (%s): %s", slug, result.delivery_id,
-                     result.action, result.reason)
-        else:
-            claims.append(result)
-    return claims
+        claims = []
+        for result in results:
+            if isinstance(result, Settled):
+                log.info("delivery tenant=%s id=%d not sent now (%s): %s", slug, result.delivery_id,
+                         result.action, result.reason)
+            else:
+                claims.append(result)
+        contexts = email_contexts(tx, [c.delivery_id for c in claims])
+    return claims, contexts
 
 
 @lru_cache(maxsize=4)  # one sender per process: parsed once, not for every email
@@ -222,15 +229,28 @@ def _sender_domain(mail_from: str) -> str:
     return parseaddr(mail_from)[1].rpartition("@")[2] or "tocsin.invalid"
 
 
-def _compose(slug: str, claim: ClaimedEmail, settings: Settings) -> OutgoingEmail:
+def _compose(slug: str, claim: ClaimedEmail, settings: Settings,
+             context: EmailContext | None = None) -> OutgoingEmail:
     message_id = email_message_id(slug, claim.delivery_id, _sender_domain(settings.mail_from))
     tags = {"tenant": slug, "delivery": str(claim.delivery_id)}
+    unsubscribe = None
+    if claim.category is not None:  # a digest has no category: its preferences link serves
+        key = signing_keys(settings).unsubscribe.current
+        token = unsubscribe_token(key, slug, claim.recipient_user_id, claim.category, utcnow())
+        unsubscribe = f"{settings.portal_url}/unsubscribe/{token}"
+    if context is not None:
+        try:
+            rendered = render_email(context.facts, context.zone,
+                                    context.brand.brand(settings.portal_url), settings.portal_url,
+                                    unsubscribe)
+            return OutgoingEmail(message_id, claim.recipient, rendered.subject, rendered.text, tags,
+                                 unsubscribe_url=unsubscribe, html=rendered.html)
+        except Exception:  # a reminder is never lost to its layout: it goes as plain text
+            log.exception("delivery tenant=%s id=%d could not be rendered; sent as plain text",
+                          slug, claim.delivery_id)
     if claim.category is None:  # a digest: its text carries its links and the preferences link
         return OutgoingEmail(message_id, claim.recipient, claim.title, claim.body, tags)
     link = f"{settings.portal_url}{claim.href}" if claim.href else None
-    key = signing_keys(settings).unsubscribe.current
-    token = unsubscribe_token(key, slug, claim.recipient_user_id, claim.category, utcnow())
-    unsubscribe = f"{settings.portal_url}/unsubscribe/{token}"
     return OutgoingEmail(message_id, claim.recipient, claim.title,
                          email_text(claim.body, link, unsubscribe), tags, unsubscribe_url=unsubscribe)
 

@@ -145,7 +145,7 @@ def invite_member(
         tx, user_id, "member_invite", f"You are invited to {tx.tenant.name} on Tocsin",
         f"{by} has invited you to join {tx.tenant.name}. Open the link to choose a password; "
         "it works once and expires in a few days.",
-        {"href": f"/invitations/{token}"}, idempotency_key=f"invitation:{invitation_id}",
+        {"href": f"/invitations/{token}", "inviter": by}, idempotency_key=f"invitation:{invitation_id}",
     )
     assert item is not None  # a fresh invitation id is a fresh key
     delivery = tx.conn.execute(

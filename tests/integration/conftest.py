@@ -73,8 +73,10 @@ class SentEmail:
     message_id: str
     to: str
     subject: str
-    body: str
+    body: str  # the text/plain part
     headers: dict[str, str]
+    html: str | None = None  # the text/html part, when the message is multipart/alternative
+    content_type: str = "text/plain"
 
 
 class SesOutbox:
@@ -97,11 +99,17 @@ class SesOutbox:
         out = []
         for raw in data.get("ses", {}).get("RawMessage", []):
             message: Message = email.message_from_string(raw["raw_data"])
-            payload = message.get_payload(decode=True)
+            parts = {part.get_content_type(): part for part in message.walk()
+                     if not part.is_multipart()}  # one text/plain part, and text/html with it
+            payload = parts["text/plain"].get_payload(decode=True)
             assert isinstance(payload, bytes)
+            html = parts["text/html"].get_payload(decode=True) if "text/html" in parts else None
+            assert html is None or isinstance(html, bytes)
             out.append(SentEmail(str(raw["id"]), str(message["Message-ID"]), str(message["To"]),
                                  str(message["Subject"]), payload.decode(),
-                                 {k: str(v) for k, v in message.items()}))
+                                 {k: str(v) for k, v in message.items()},
+                                 html.decode() if html is not None else None,
+                                 message.get_content_type()))
         return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email.policy
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from email import message_from_bytes
 from email.errors import HeaderParseError
@@ -195,3 +196,54 @@ def test_the_date_is_written_in_its_own_offset_as_the_standard_library_writes_it
     outgoing = OutgoingEmail("<a@b>", "a@b", "Hi", "x", {})
     for date in (DATE, DATE.astimezone(timezone(timedelta(hours=-5)))):
         assert composer.compose(outgoing, date) == composer.compose_by_stdlib(outgoing, date)
+
+
+def read_parts(raw: bytes) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The headers (Content-Type without its boundary) and each part's type and decoded text."""
+    message = message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(message, EmailMessage)
+    headers = [(name, message.get_content_type() if name == "Content-Type" else _header_value(name, value))
+               for name, value in message.raw_items()]
+    parts = [(part.get_content_type(), str(part.get_content()))  # type: ignore[attr-defined]
+             for part in message.iter_parts()]
+    return headers, parts
+
+
+@settings(deadline=None, database=None, max_examples=150,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(sender=st.sampled_from(SENDERS), outgoing=emails(), html=BODY)
+def test_a_multipart_message_reads_back_as_the_standard_librarys_does(
+    sender: str, outgoing: OutgoingEmail, html: str
+) -> None:
+    outgoing = replace(outgoing, html=html)
+    composer = MessageComposer(sender)
+    try:
+        standard = composer.compose_by_stdlib(outgoing, DATE)
+    except Exception as refused:
+        with pytest.raises(type(refused)):
+            composer.compose(outgoing, DATE)
+        return
+    composed = composer.compose(outgoing, DATE)
+    assert read_parts(composed) == read_parts(standard)
+    headers, parts = read_parts(composed)
+    assert dict(headers)["Content-Type"] == "multipart/alternative"
+    assert [kind for kind, _ in parts] == ["text/plain", "text/html"]
+    assert_sendable(composed)
+
+
+def test_a_multipart_email_keeps_the_one_click_headers_and_a_boundary_of_its_message_id() -> None:
+    boundary = "=_" + "0" * 8
+    outgoing = OutgoingEmail("<delivery-17.acme@tocsin.example>", "member1@example.com",
+                             "Access ends", f"Plain {boundary} text\n", {},
+                             unsubscribe_url="http://127.0.0.1:8000/unsubscribe/t",
+                             html="<p>Zoë's <b>access</b> ends=soon</p>\n" + "x" * 2000)
+    composer = MessageComposer(SENDERS[0])
+    first = composer.compose(outgoing, DATE)
+    assert first == composer.compose(outgoing, DATE)  # a resend is the same message
+    assert composes_directly(composer, outgoing)
+    head = first.split(b"\n\n", 1)[0].decode()
+    assert "List-Unsubscribe: <http://127.0.0.1:8000/unsubscribe/t>\n" in head
+    assert "List-Unsubscribe-Post: List-Unsubscribe=One-Click\n" in head
+    assert "Message-ID: <delivery-17.acme@tocsin.example>\n" in head
+    assert read_parts(first)[1] == [("text/plain", outgoing.text), ("text/html", outgoing.html + "\n")]
+    assert_sendable(first)

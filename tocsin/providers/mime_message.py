@@ -1,4 +1,7 @@
-"""The raw message of one email (RFC 5322, a single text/plain MIME part), as SES sends it.
+"""The raw message of one email (RFC 5322), as SES sends it: a single text/plain part, or,
+when the email has an HTML rendering, multipart/alternative with the text/plain part first and
+the text/html part second (RFC 2046: the last part is the richest; a client that cannot show
+HTML shows the text).
 
 The standard library's `email` package builds every message by parsing each header value
 it is given and folding it again on output: about half of what a delivery costs besides the
@@ -20,12 +23,19 @@ Accepted by the direct path, each value whole (otherwise the standard library co
 and in none of them "=?", which the standard library would read as an RFC 2047 word, nor a
 header line longer than 998 characters, which it would fold. From is the sender's, the same
 for every email: the standard library writes its line once.
+
+The multipart form's boundary is derived from the Message-ID, so a resend is byte for byte the
+same message apart from its Date; the HTML part is always quoted-printable (its lines are long
+and it is often not ASCII), and "=_" cannot occur in quoted-printable text, so a boundary that
+starts with it cannot collide with a part (a text part sent 7bit that contains it goes
+quoted-printable too).
 """
 
 from __future__ import annotations
 
 import binascii
 import email.policy
+import hashlib
 import re
 from datetime import datetime
 from email.headerregistry import BaseHeader, HeaderRegistry
@@ -74,6 +84,7 @@ _BRACKETED_URL = re.compile(r"<[!-~]+>")
 _ENCODED_WORD_START = "=?"
 
 _TEXT_PLAIN = 'Content-Type: text/plain; charset="utf-8"\n'
+_TEXT_HTML = 'Content-Type: text/html; charset="utf-8"\n'
 _ONE_CLICK = "List-Unsubscribe-Post: List-Unsubscribe=One-Click\n"
 
 
@@ -91,14 +102,20 @@ class MessageComposer:
         headers = self._direct_headers(email, date)
         if headers is None:
             return self.compose_by_stdlib(email, date)
-        text = email.text
-        lines = text.encode("utf-8").splitlines()
-        body = b"\n".join(lines) + b"\n"  # what the standard library writes: \n line ends
-        if text.isascii() and max(map(len, lines), default=0) <= MAX_LINE:
-            return f"{headers}Content-Transfer-Encoding: 7bit\nMIME-Version: 1.0\n\n".encode() + body
-        encoded = binascii.b2a_qp(body)  # =XX for non-ASCII, trailing blanks and "="; 76 wide
-        return (f"{headers}Content-Transfer-Encoding: quoted-printable\nMIME-Version: 1.0\n\n"
-                .encode() + encoded)
+        if email.html is None:
+            encoding, body = _encoded(email.text)
+            return (f"{headers}{_TEXT_PLAIN}Content-Transfer-Encoding: {encoding}\n"
+                    "MIME-Version: 1.0\n\n").encode() + body
+        boundary = "=_" + hashlib.sha256(email.message_id.encode()).hexdigest()[:32]
+        encoding, text = _encoded(email.text, avoid=boundary)
+        html = _quoted_printable(email.html)
+        # Each part ends with its body's newline plus the one that belongs to the boundary
+        # line (RFC 2046), as the standard library writes it.
+        return b"".join([
+            f'{headers}MIME-Version: 1.0\nContent-Type: multipart/alternative; boundary="{boundary}"\n'
+            f"\n--{boundary}\n{_TEXT_PLAIN}Content-Transfer-Encoding: {encoding}\n\n".encode(), text,
+            f"\n--{boundary}\n{_TEXT_HTML}Content-Transfer-Encoding: quoted-printable\n\n".encode(),
+            html, f"\n--{boundary}--\n".encode()])
 
     def compose_by_stdlib(self, email: OutgoingEmail, date: datetime | None = None) -> bytes:
         message = EmailMessage(policy=HEADERS_UNFOLDED)
@@ -111,10 +128,12 @@ class MessageComposer:
             message["List-Unsubscribe"] = f"<{email.unsubscribe_url}>"
             message["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
         message.set_content(email.text)
+        if email.html is not None:
+            message.add_alternative(email.html, subtype="html")
         return bytes(message)
 
     def _direct_headers(self, email: OutgoingEmail, date: datetime) -> str | None:
-        """The header lines up to Content-Type, or None when a value is outside the direct
+        """The header lines before Content-Type, or None when a value is outside the direct
         path (see the module's docstring)."""
         fields = [("To", email.to, _ADDR_SPEC), ("Subject", email.subject, _WORDS),
                   ("Message-ID", email.message_id, _MESSAGE_ID)]
@@ -130,5 +149,19 @@ class MessageComposer:
                 lines.append(f"Date: {format_datetime(date)}\n")
         if email.unsubscribe_url:
             lines.append(_ONE_CLICK)
-        lines.append(_TEXT_PLAIN)
         return "".join(lines)
+
+
+def _encoded(text: str, avoid: str | None = None) -> tuple[str, bytes]:
+    """A part's transfer encoding and body: 7bit when ASCII with lines of at most 998
+    characters (and free of ``avoid``), else quoted-printable UTF-8."""
+    lines = text.encode("utf-8").splitlines()
+    body = b"\n".join(lines) + b"\n"  # what the standard library writes: \n line ends
+    if (text.isascii() and max(map(len, lines), default=0) <= MAX_LINE
+            and (avoid is None or avoid not in text)):
+        return "7bit", body
+    return "quoted-printable", binascii.b2a_qp(body)  # =XX for non-ASCII, blanks, "="; 76 wide
+
+
+def _quoted_printable(text: str) -> bytes:
+    return binascii.b2a_qp(b"\n".join(text.encode("utf-8").splitlines()) + b"\n")

@@ -43,6 +43,7 @@ class OutgoingEmail:
     text: str
     tags: dict[str, str]
     unsubscribe_url: str | None = None  # List-Unsubscribe, with RFC 8058 one-click POST
+    html: str | None = None  # with it, multipart/alternative: text/plain then text/html
 
 
 @dataclass(frozen=True)
