@@ -24,7 +24,7 @@ from db.people.clients import (
 )
 from db.people.clients import client_from_row as _client
 from db.platform.tenancy import TenantTx
-from domain.errors import Conflict, InvalidInput
+from domain.errors import Conflict, InvalidInput, NotFound
 from domain.notices.licence import LICENCE, LicenceStatus
 from domain.people.contacts import Contacts
 from domain.people.identity import Plan, valid_name, valid_zone
@@ -32,8 +32,11 @@ from domain.people.identity import Plan, valid_name, valid_zone
 __all__ = [
     "REASON_MAX_LENGTH",
     "ClientDetails",
+    "ClientUser",
     "StaleEdit",
     "archive_client",
+    "client_user_of",
+    "client_users",
     "correct_expiry",
     "edit_client",
     "restore_client",
@@ -164,3 +167,27 @@ def restore_client(tx: TenantTx, client_id: int, expected_version: int) -> Clien
     record_audit(tx, "client.restore", "client", client_id, before={"archived": True},
                  after={"archived": False})
     return after
+
+
+@dataclass(frozen=True)
+class ClientUser:
+    id: int
+    email: str
+    display_name: str
+    active: bool
+    invited: bool  # invited, has not accepted yet
+
+
+def client_users(tx: TenantTx, client_id: int) -> list[ClientUser]:
+    rows = tx.conn.execute(
+        "SELECT id, email, display_name, deactivated_at IS NULL, password_hash IS NULL FROM users "
+        "WHERE client_id = %s ORDER BY deactivated_at IS NOT NULL, lower(email)", [client_id]).fetchall()
+    return [ClientUser(int(str(r[0])), str(r[1]), str(r[2]), bool(r[3]), bool(r[4])) for r in rows]
+
+
+def client_user_of(tx: TenantTx, client_id: int, user_id: int) -> ClientUser:
+    """One of this client's users; NotFound for anyone else (another client's, staff)."""
+    for user in client_users(tx, client_id):
+        if user.id == user_id:
+            return user
+    raise NotFound(f"client {client_id} has no user {user_id}")

@@ -100,6 +100,10 @@ def _invite_and_join(w: World) -> None:
     assert w.post(f"{href}/join", token, password=PASSWORD, confirm=PASSWORD) == 303
 
 
+def _version(w: World) -> str:
+    return str(scalar(w.tenant, "SELECT version FROM clients WHERE id = %s", w.people.client.id))
+
+
 def _unsubscribe(w: World) -> None:
     keys = signing_keys(load_settings())
     link = unsubscribe_token(keys.unsubscribe.current, w.tenant.slug, w.people.admin.id,
@@ -182,6 +186,28 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
     "POST /rules/{rule_id:int}/save": (
         lambda w: post_form(w.portal, f"/rules/{w.rule_id}/save",
                             builder_form(w.as_admin(), name="Renamed rule")), "rule.edited"),
+    "POST /clients/new": (
+        lambda w: w.post("/clients/new", w.as_admin(), name="Acme", expires_on="2031-03-01",
+                         plan="standard"), "client.create"),
+    "POST /clients/{client_id:int}/details": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/details", w.as_admin(), name="Renamed Ltd",
+                         plan="enterprise", version=_version(w)), "client.edit"),
+    "POST /clients/{client_id:int}/expiry": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/expiry", w.as_admin(), expires_on="2031-01-31",
+                         reason="two-year contract", version=_version(w)), "licence.corrected"),
+    "POST /clients/{client_id:int}/archive": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/archive", w.as_admin(), version=_version(w)),
+        "client.archive"),
+    "POST /clients/{client_id:int}/restore": (
+        lambda w: (w.post(f"/clients/{w.people.client.id}/archive", w.as_admin(), version=_version(w)),
+                   w.post(f"/clients/{w.people.client.id}/restore", w.as_admin(), version=_version(w))),
+        "client.restore"),
+    "POST /clients/{client_id:int}/users/invite": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/users/invite", w.as_admin(),
+                         email="new@northwind.example"), "member.invite"),
+    "POST /clients/{client_id:int}/users/{user_id:int}/deactivate": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/users/{w.people.client_user.id}/deactivate",
+                         w.as_admin()), "member.deactivate"),
     "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
     "POST /api/v1/events/batch": (
         lambda w: _events(w, "/api/v1/events/batch", {"events": [case_event("C-1"), case_event("C-2")]}),
