@@ -31,6 +31,8 @@ from portal.ratelimit import ApiKeyFailures, ApiKeyRateLimit, LoginThrottle, Pas
 from portal.redaction import install_log_redaction
 from portal.routes import (
     api_keys,
+    audit,
+    client_admin,
     events_api,
     evidence,
     health,
@@ -151,6 +153,7 @@ def create_app(
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES,
+            *audit.ROUTES, *client_admin.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

@@ -21,11 +21,14 @@ from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 
+from db.evidence.audit import set_actor
 from db.people.clients import Client, get_client
 from db.people.users import User, authenticate, get_user, spend_a_password_check
 from db.platform.tenancy import Tenant, TenantTx, tenant_tx
+from domain.audit import Actor
 from domain.errors import InvalidInput, NotFound
 from domain.people.identity import Role
+from portal.client_address import client_address
 from portal.links import local_path
 from portal.sessions import AnyConnection, end_session, session_identity
 
@@ -45,6 +48,7 @@ __all__ = [
     "load_viewer",
     "login_url",
     "provide_viewer",
+    "request_address",
     "requested_path",
     "requires_login",
     "safe_next",
@@ -184,9 +188,18 @@ def admit(connection: AnyConnection, handler: BaseRouteHandler, viewer: Viewer |
         end_session(connection)
         raise NotAuthorizedException("sign in to continue")
     connection.state[VIEWER] = viewer
+    # Whatever this request changes is recorded against them (db/evidence/audit.py).
+    set_actor(Actor.user(viewer.user.id, viewer.user.email, request_address(connection)))
     if viewer.access_paused and not handler.opt.get(BEYOND_THE_WALL):
         raise AccessPaused(viewer)
     return viewer
+
+
+def request_address(connection: AnyConnection) -> str:
+    """The client address of a request, as the sign-in throttle and the audit log see it."""
+    settings = connection.app.state.portal_settings
+    return client_address(connection.client.host if connection.client else None,
+                          connection.headers.get("x-forwarded-for"), settings.trusted_proxies)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -20,8 +21,10 @@ from litestar import Request
 from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from db.evidence.audit import current_actor, record_audit_alone
 from db.evidence.export_budget import ExportBudget, ExportSlot
 from db.platform.tenancy import TenantTx
+from domain.audit import Actor
 from portal.settings import PortalSettings
 from tocsin.core.clock import utcnow
 
@@ -66,11 +69,24 @@ async def in_threads(chunks: Iterator[T]) -> AsyncIterator[T]:
                     log.exception("closing an abandoned download failed")
 
 
-def _csv_chunks(slot: ExportSlot, lines_of: Callable[[TenantTx], Iterator[str]]) -> Iterator[str]:
+@dataclass(frozen=True)
+class _ExportAudit:
+    tenant_slug: str
+    what: str
+    query: str
+    actor: Actor
+
+
+def _csv_chunks(slot: ExportSlot, lines_of: Callable[[TenantTx], Iterator[str]],
+                audit: _ExportAudit) -> Iterator[str]:
     """The CSV in chunks, read from the cursor as the socket takes them, on one of the
     exports' own connections; the transaction stays open for the stream's length (within
-    the export budget's limits) and closes, giving back the slot, however it ends."""
+    the export budget's limits) and closes, giving back the slot, however it ends. The
+    export is in the audit log before its first byte (in a transaction of its own: the
+    export's reads may be on a read-only replica)."""
     try:
+        record_audit_alone(audit.tenant_slug, f"export.{audit.what}", "export", audit.what,
+                           after={"query": audit.query}, actor=audit.actor)
         with slot.transaction() as tx:
             lines = lines_of(tx)
             while chunk := "".join(islice(lines, CSV_LINES_PER_CHUNK)):
@@ -87,7 +103,10 @@ def csv_download(request: Request[Any, Any, Any], tenant_slug: str, what: str,
     slot = budget.reserve(tenant_slug)
     stamp = utcnow().strftime("%Y%m%d-%H%M%S")
     return Stream(
-        in_threads(_csv_chunks(slot, lines_of)), media_type="text/csv; charset=utf-8",
+        in_threads(_csv_chunks(slot, lines_of, _ExportAudit(
+            tenant_slug, what, request.scope.get("query_string", b"").decode("latin-1")[:1000],
+            current_actor()))),
+        media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition":
                  f'attachment; filename="tocsin-{what}-{tenant_slug}-{stamp}.csv"'},
     )

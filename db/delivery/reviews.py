@@ -13,6 +13,7 @@ from enum import StrEnum
 from db.delivery.deliveries import schedule_deliveries
 from db.delivery.digests import mark_digest_items_delivered
 from db.delivery.recovery import HELD_REASON
+from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from domain.delivery.states import DELIVERY, Status
 from domain.errors import Conflict, NotFound
@@ -79,6 +80,8 @@ def decide_held_delivery(tx: TenantTx, delivery_id: int, decision: Decision, use
             raise NotFound("there is no such delivery")
         raise Conflict("this delivery is no longer held for review: someone has decided already, "
                        "or a provider event settled it")
+    record_audit(tx, f"delivery.{decision.value}", "delivery", delivery_id,
+                 before={"status": "unknown"}, after={"status": target.value})
     if decision is Decision.SEND_AGAIN:
         schedule_deliveries(tx, [delivery_id])
     elif row[1] is not None:

@@ -9,8 +9,9 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
+from db.evidence.audit import record_audit
 from db.platform.pool import connection
-from db.platform.tenancy import get_tenant, not_migrated_is_an_error
+from db.platform.tenancy import get_tenant, not_migrated_is_an_error, tenant_tx
 from domain.errors import NotFound
 from domain.people.identity import valid_name, valid_slug
 
@@ -60,16 +61,19 @@ def key_hash(key: str) -> str:
 def create_api_key(tenant_slug: str, label: str, *, published: str | None = None) -> tuple[ApiKey, str]:
     """A new key for the tenant: its record, and the key itself (shown once, never stored).
     ``published`` is the demo's only: a key printed in the README, like the demo password."""
-    tenant = get_tenant(valid_slug(tenant_slug))
     label = valid_name(label, "key label")
     key = published or KEY_PREFIX + secrets.token_urlsafe(KEY_BYTES)
-    with connection() as conn:
-        row = conn.execute(
+    # In the tenant's transaction, so that the audit row commits with the key.
+    with tenant_tx(valid_slug(tenant_slug)) as tx:
+        tenant = tx.tenant
+        row = tx.conn.execute(
             "INSERT INTO control.api_keys (tenant_id, label, key_hash, prefix) VALUES (%s, %s, %s, %s) "
             "RETURNING id, created_at",
             [tenant.id, label, key_hash(key), key[:SHOWN_CHARS]],
         ).fetchone()
-    assert row is not None
+        assert row is not None
+        record_audit(tx, "api_key.create", "api_key", row[0],
+                     after={"label": label, "prefix": key[:SHOWN_CHARS]})
     return ApiKey(int(str(row[0])), tenant.slug, label, key[:SHOWN_CHARS], row[1], None, None), key  # type: ignore[arg-type]
 
 
@@ -87,15 +91,21 @@ def list_api_keys(tenant_slug: str) -> list[ApiKey]:
 def revoke_api_key(tenant_slug: str, key_id: int) -> ApiKey:
     """Revoke one of the tenant's keys (from its next request on). Revoking a revoked key
     changes nothing; a key of another tenant is not found."""
-    slug = get_tenant(valid_slug(tenant_slug)).slug
-    with connection() as conn:
-        row = conn.execute(
+    with tenant_tx(valid_slug(tenant_slug)) as tx:
+        slug = tx.tenant.slug
+        row = tx.conn.execute(
+            "WITH before AS (SELECT id, revoked_at FROM control.api_keys "
+            "                WHERE id = %s AND tenant_id = %s FOR UPDATE) "
             "UPDATE control.api_keys k SET revoked_at = coalesce(k.revoked_at, now()) "
-            "FROM control.tenants t WHERE t.id = k.tenant_id AND t.slug = %s AND k.id = %s "
-            "RETURNING k.id, k.label, k.prefix, k.created_at, k.last_used_at, k.revoked_at",
-            [slug, key_id]).fetchone()
-    if row is None:
-        raise NotFound(f"tenant {slug!r} has no API key {key_id}")
+            "FROM before b WHERE k.id = b.id "
+            "RETURNING k.id, k.label, k.prefix, k.created_at, k.last_used_at, k.revoked_at, "
+            "b.revoked_at IS NOT NULL",
+            [key_id, tx.tenant.id]).fetchone()
+        if row is None:
+            raise NotFound(f"tenant {slug!r} has no API key {key_id}")
+        if not row[6]:  # revoking a revoked key changes nothing, and is not recorded again
+            record_audit(tx, "api_key.revoke", "api_key", key_id,
+                         before={"label": row[1], "revoked": False}, after={"revoked": True})
     return ApiKey(int(str(row[0])), slug, str(row[1]), str(row[2]), row[3], row[4], row[5])  # type: ignore[arg-type]
 
 

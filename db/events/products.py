@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.events.intake import CODE, TRIGGER
@@ -43,6 +44,8 @@ def create_product(tx: TenantTx, code: str, name: str, kinds: tuple[str, ...] = 
         "ON CONFLICT DO NOTHING RETURNING code", [code, name, list(kinds), list(triggers)]).fetchone()
     if row is None:
         raise Conflict(f"product {code!r} exists already")
+    record_audit(tx, "product.create", "product", code,
+                 after={"name": name, "subject_kinds": kinds, "trigger_types": triggers})
     return Product(code, name, kinds, triggers)
 
 
@@ -83,4 +86,6 @@ def add_unit(tx: TenantTx, level: str, code: str, name: str, head_email: str | N
     except psycopg.errors.UniqueViolation:
         raise Conflict(f"the {level} unit {code!r} exists already") from None
     assert row is not None
+    record_audit(tx, "hierarchy.add", "hierarchy_unit", row[0],
+                 after={"level": level, "code": code, "name": name, "head": head_email})
     return Unit(int(str(row[0])), level, code, name, head_email)

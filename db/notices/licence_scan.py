@@ -47,6 +47,7 @@ _EXPIRE = f"""
 WITH lapsed AS (
     SELECT c.id FROM clients c
     WHERE c.status = 'active'
+      AND c.archived_at IS NULL  -- archived: out of the cadence until restored
       AND c.access_expires_on <= %(latest_today)s  -- index range; the exact test follows
       AND c.access_expires_on <= {_local_today()}
     ORDER BY c.id
@@ -80,6 +81,7 @@ _CLOSE = f"""
 WITH ended AS (
     SELECT c.id FROM clients c
     WHERE c.status = 'expired'
+      AND c.archived_at IS NULL  -- archived: out of the cadence until restored
       AND c.access_expires_on <= %(latest_today)s - %(grace_days)s
       AND c.access_expires_on + %(grace_days)s <= {_local_today()}
     ORDER BY c.id
@@ -121,6 +123,7 @@ WITH w AS (
     SELECT c.id, c.access_expires_on, c.plan, c.status, {_local_today()} AS local_today
     FROM clients c
     WHERE c.status IN ('active', 'expired') AND c.access_expires_on <= %(horizon)s
+      AND c.archived_at IS NULL  -- archived: out of the cadence until restored
 ), begun AS (
     SELECT c.id, w.threshold, w.starts, w.stage, c.status, c.access_expires_on, c.local_today,
            w.ends IS NOT NULL AND c.local_today >= c.access_expires_on + w.ends AS passed

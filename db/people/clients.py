@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 
 from db.delivery.deliveries import schedule_deliveries
+from db.evidence.audit import current_actor, record_audit
 from db.notices.fanout import notify_claims
 from db.platform.tenancy import TenantTx
 from domain.delivery.states import DELIVERY, NOT_SENT, Status
 from domain.errors import NotFound
 from domain.notices.claims import CLAIM, ClaimStatus
 from domain.notices.licence import LICENCE, RENEWED, RULE, SUBJECT_KIND, LicenceStatus, check_client_renewal
+from domain.people.contacts import NO_CONTACTS, Contacts
 from domain.people.identity import Plan, valid_name, valid_zone
 
 __all__ = [
+    "CLIENT_COLUMNS",
     "RENEWAL_TERM_SQL",
     "Client",
     "Renewal",
+    "cancel_waiting_reminders",
+    "client_from_row",
+    "client_values",
     "create_client",
     "get_client",
     "license_events",
@@ -34,17 +40,29 @@ class Client:
     status: str
     access_expires_on: date
     time_zone: str | None
+    version: int = 1  # every edit names the version it was based on (db/people/client_admin.py)
+    archived: bool = False
+    contact_name: str = ""
+    contact_email: str = ""
+    contact_phone: str = ""
+    updated_by: str | None = None
+    updated_at: datetime | None = None
 
 
-_COLUMNS = "id, name, plan, status, access_expires_on, time_zone"
+_COLUMNS = ("id, name, plan, status, access_expires_on, time_zone, version, archived_at IS NOT NULL, "
+            "contact_name, contact_email, contact_phone, updated_by, updated_at")
+
+
+CLIENT_COLUMNS = _COLUMNS  # for the client administration's own statements
 
 
 def _client(row: tuple[object, ...]) -> Client:
-    expires = row[4]
-    assert isinstance(expires, date)
+    expires, updated = row[4], row[12]
+    assert isinstance(expires, date) and isinstance(updated, datetime)
     return Client(
         int(str(row[0])), str(row[1]), str(row[2]), str(row[3]), expires,
-        None if row[5] is None else str(row[5]),
+        None if row[5] is None else str(row[5]), int(str(row[6])), bool(row[7]), str(row[8]),
+        str(row[9]), str(row[10]), None if row[11] is None else str(row[11]), updated,
     )
 
 
@@ -55,6 +73,7 @@ def create_client(
     plan: Plan = Plan.STANDARD,
     time_zone: str | None = None,
     actor: str = "cli",
+    contacts: Contacts = NO_CONTACTS,
 ) -> Client:
     name = valid_name(name, "client name")
     if time_zone is not None:
@@ -62,18 +81,33 @@ def create_client(
     row = tx.conn.execute(
         f"""
         WITH created AS (
-            INSERT INTO clients (name, plan, access_expires_on, time_zone)
-            VALUES (%s, %s, %s, %s) RETURNING {_COLUMNS}
+            INSERT INTO clients (name, plan, access_expires_on, time_zone, contact_name,
+                                 contact_email, contact_phone, updated_by)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}
         ), event AS (
             INSERT INTO license_events (client_id, event, access_expires_on, actor)
             SELECT id, 'created', access_expires_on, %s FROM created
         )
-        SELECT {_COLUMNS} FROM created
+        SELECT * FROM created
         """,
-        [name, plan.value, access_expires_on, time_zone, actor],
+        [name, plan.value, access_expires_on, time_zone, contacts.name, contacts.email,
+         contacts.phone, current_actor().label, actor],
     ).fetchone()
     assert row is not None
-    return _client(row)
+    client = _client(row)
+    record_audit(tx, "client.create", "client", client.id, after=client_values(client))
+    return client
+
+
+client_from_row = _client
+
+
+def client_values(client: Client) -> dict[str, object]:
+    """A client as the audit log records it before and after a change."""
+    return {"name": client.name, "plan": client.plan, "status": client.status,
+            "access_expires_on": client.access_expires_on, "time_zone": client.time_zone,
+            "archived": client.archived, "contact_name": client.contact_name,
+            "contact_email": client.contact_email, "contact_phone": client.contact_phone}
 
 
 def get_client(tx: TenantTx, client_id: int) -> Client:
@@ -83,8 +117,11 @@ def get_client(tx: TenantTx, client_id: int) -> Client:
     return _client(row)
 
 
-def list_clients(tx: TenantTx) -> list[Client]:
-    rows = tx.conn.execute(f"SELECT {_COLUMNS} FROM clients ORDER BY name, id").fetchall()
+def list_clients(tx: TenantTx, *, archived: bool = False) -> list[Client]:
+    """The clients in use (``archived``: the archived ones instead)."""
+    rows = tx.conn.execute(
+        f"SELECT {_COLUMNS} FROM clients WHERE (archived_at IS NOT NULL) = %s ORDER BY name, id",
+        [archived]).fetchall()
     return [_client(r) for r in rows]
 
 
@@ -149,13 +186,15 @@ def renew_licence(
     row = tx.conn.execute(
         f"""
         UPDATE clients
-        SET status = 'active', updated_at = now(),
+        SET status = 'active', updated_at = now(), version = version + 1,
+            updated_by = %(by)s,
             access_expires_on = (greatest(access_expires_on, %(today)s) + {RENEWAL_TERM_SQL})::date
         WHERE id = %(id)s AND access_expires_on = coalesce(%(expected)s, access_expires_on)
           AND {_RENEWED}
         RETURNING {_COLUMNS}
         """,
-        {"id": client_id, "today": today, "expected": expected_expires_on},
+        {"id": client_id, "today": today, "expected": expected_expires_on,
+         "by": current_actor().label},
     ).fetchone()
     if row is None:
         return None
@@ -166,21 +205,24 @@ def renew_licence(
         "VALUES (%s, %s, %s, %s, %s)",
         [client_id, event, renewed.access_expires_on, actor, actor_user_id],
     )
-    _cancel_reminders(tx, client_id, old.access_expires_on)
+    cancel_waiting_reminders(tx, client_id, old.access_expires_on)
+    record_audit(tx, f"licence.{event}", "client", client_id, before=client_values(old),
+                 after=client_values(renewed))
     delivery_ids = _claim_renewal_notice(tx, renewed, today)
     schedule_deliveries(tx, delivery_ids)  # handed to the workers once tx commits
     return Renewal(renewed, old.status, delivery_ids)
 
 
-def _cancel_reminders(tx: TenantTx, client_id: int, old_due_on: date) -> None:
+def cancel_waiting_reminders(tx: TenantTx, client_id: int, old_due_on: date,
+                             reason: str = "licence renewed before delivery") -> None:
     """Reminders for the old date that nobody has sent yet are cancelled, and so are their
     claims once no delivery of theirs is left in flight or sent."""
     params = {"rule": RULE, "kind": SUBJECT_KIND, "client": client_id, "due": old_due_on,
-              "renewed": RENEWED}
+              "renewed": RENEWED, "reason": reason}
     tx.conn.execute(
         f"""
         UPDATE notification_deliveries d
-        SET status = 'cancelled', status_reason = 'licence renewed before delivery',
+        SET status = 'cancelled', status_reason = %(reason)s,
             updated_at = now()
         FROM notifications n
         JOIN notification_ledger l ON l.id = n.ledger_id
@@ -193,7 +235,7 @@ def _cancel_reminders(tx: TenantTx, client_id: int, old_due_on: date) -> None:
     tx.conn.execute(
         f"""
         UPDATE notification_ledger l
-        SET status = 'cancelled', status_reason = 'licence renewed before delivery',
+        SET status = 'cancelled', status_reason = %(reason)s,
             cancelled_at = now()
         WHERE l.rule = %(rule)s AND l.subject_kind = %(kind)s AND l.subject_id = %(client)s
           AND l.due_on = %(due)s AND l.threshold <> %(renewed)s

@@ -15,8 +15,10 @@ import psycopg
 
 from db.delivery.deliveries import schedule_deliveries
 from db.delivery.inbox import add_to_inbox
+from db.evidence.audit import current_actor, record_audit
 from db.people.users import User, get_user, set_password
 from db.platform.tenancy import TenantTx
+from domain.audit import Actor
 from domain.delivery.states import DELIVERY, NOT_SENT, Status
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.people.identity import Role, valid_email, valid_name
@@ -156,6 +158,8 @@ def invite_member(
     assert delivery is not None
     delivery_ids = [int(str(delivery[0]))]
     schedule_deliveries(tx, delivery_ids)  # handed to the workers once tx commits
+    record_audit(tx, "member.invite", "user", user_id,
+                 after={"email": email, "role": role, "client_id": client_id, "invitation": invitation_id})
     return Invitation(invitation_id, user_id, token, delivery_ids)
 
 
@@ -195,9 +199,12 @@ def accept_invitation(tx: TenantTx, invitation_id: int, password: str) -> User:
     if row is None:
         raise InvalidInput("this invitation has been used already or has expired; ask for a new one")
     try:
-        return set_password(tx, int(str(row[0])), password)
+        user = set_password(tx, int(str(row[0])), password)
     except NotFound:
         raise InvalidInput("this invitation is no longer valid; ask your administrator") from None
+    record_audit(tx, "member.join", "user", user.id, after={"invitation": invitation_id},
+                 actor=Actor.user(user.id, user.email, current_actor().address))
+    return user
 
 
 def _other_person(tx: TenantTx, actor_id: int, user_id: int) -> User:
@@ -217,6 +224,8 @@ def set_role(tx: TenantTx, actor_id: int, user_id: int, role: Role) -> User:
     tx.conn.execute("UPDATE users SET role = %s WHERE id = %s", [role.value, user_id])
     changed = get_user(tx, user_id)
     assert changed is not None
+    record_audit(tx, "member.role", "user", user_id, before={"role": user.role},
+                 after={"role": changed.role})
     return changed
 
 
@@ -227,7 +236,7 @@ _UNSENT_CANCELLED = DELIVERY.where(to=Status.CANCELLED, from_=NOT_SENT, alias="d
 def deactivate(tx: TenantTx, actor_id: int, user_id: int) -> User:
     """Deactivate someone: they cannot sign in (their sessions end at their next request), an
     open invitation stops working, and nothing still waiting to be sent reaches them."""
-    _other_person(tx, actor_id, user_id)
+    person = _other_person(tx, actor_id, user_id)
     tx.conn.execute(
         "UPDATE users SET deactivated_at = coalesce(deactivated_at, now()) WHERE id = %s", [user_id]
     )
@@ -247,4 +256,6 @@ def deactivate(tx: TenantTx, actor_id: int, user_id: int) -> User:
     )
     user = get_user(tx, user_id)
     assert user is not None
+    record_audit(tx, "member.deactivate", "user", user_id,
+                 before={"email": person.email, "active": person.active}, after={"active": False})
     return user

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, time
 
+from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from domain.delivery.preferences import (
     CATEGORIES,
@@ -258,6 +259,9 @@ def _save_user_preference(tx: TenantTx, user_id: int, category: str, preference:
         """,
         [user_id, category, preference.in_app, preference.email, preference.frequency.value],
     )
+    record_audit(tx, "preference.save", "user", user_id,
+                 after={"category": category, "in_app": preference.in_app,
+                        "email": preference.email, "frequency": preference.frequency})
 
 
 class CategoryLocked(InvalidInput):
@@ -326,6 +330,10 @@ def save_schedule(
         [user_id, quiet.start if quiet else None, quiet.end if quiet else None, digest_time, weekly_day],
     )
     tx.conn.execute("UPDATE users SET time_zone = %s WHERE id = %s", [zone, user_id])
+    record_audit(tx, "preference.schedule", "user", user_id,
+                 after={"quiet_start": quiet.start if quiet else None,
+                        "quiet_end": quiet.end if quiet else None, "digest_time": digest_time,
+                        "weekly_day": weekly_day, "time_zone": zone})
 
 
 # ---- tenant defaults ---------------------------------------------------------------------
@@ -377,3 +385,7 @@ def save_category_default(
         [valid_category(category), preference.in_app, preference.email, preference.frequency.value,
          locked, reason, critical, by_user_id],
     )
+    record_audit(tx, "settings.category_default", "category", category,
+                 after={"in_app": preference.in_app, "email": preference.email,
+                        "frequency": preference.frequency, "locked": locked,
+                        "lock_reason": reason, "critical": critical})

@@ -11,6 +11,7 @@ import psycopg
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.people.identity import Role, valid_email, valid_name
@@ -124,7 +125,10 @@ def create_user(
     except psycopg.errors.UniqueViolation:
         raise Conflict(f"a user with email {email!r} exists already") from None
     assert row is not None
-    return _user(row)
+    user = _user(row)
+    record_audit(tx, "user.create", "user", user.id,
+                 after={"email": user.email, "role": user.role, "client_id": client_id})
+    return user
 
 
 def spend_a_password_check(password: str) -> None:

@@ -123,8 +123,13 @@ def create_tenant(slug: str, name: str, time_zone: str) -> Tenant:
         if row is None:
             raise Conflict(f"tenant {slug!r} exists already")
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        apply_tenant_migrations(conn, schema)
-        return _tenant(row)
+        apply_tenant_migrations(conn, schema)  # leaves search_path at the new schema
+        tenant = _tenant(row)
+        from db.evidence.audit import record_audit
+
+        record_audit(TenantTx(conn, tenant), "tenant.create", "tenant", slug,
+                     after={"name": name, "time_zone": time_zone})
+        return tenant
 
 
 def list_tenants(*, active_only: bool = False) -> list[Tenant]:
@@ -140,13 +145,15 @@ def set_unknown_outcome_policy(slug: str, policy: str) -> None:
     """What reconciliation does with this tenant's unknown outcomes (resend or hold)."""
     if policy not in ("resend", "hold"):
         raise InvalidInput(f"unknown-outcome policy must be resend or hold, got {policy!r}")
-    with connection() as conn:
-        row = conn.execute(
-            "UPDATE control.tenants SET unknown_outcome_policy = %s WHERE slug = %s RETURNING id",
-            [policy, valid_slug(slug)],
-        ).fetchone()
-    if row is None:
-        raise NotFound(f"unknown tenant {slug!r}")
+    from db.evidence.audit import record_audit  # the audit log is written in tenant_tx
+
+    with tenant_tx(slug) as tx:  # NotFound for an unknown tenant, nothing written
+        tx.conn.execute("UPDATE control.tenants SET unknown_outcome_policy = %s WHERE id = %s",
+                        [policy, tx.tenant.id])
+        if policy != tx.tenant.unknown_outcome_policy:
+            record_audit(tx, "settings.unknown_outcome", "tenant", tx.tenant.slug,
+                         before={"unknown_outcome_policy": tx.tenant.unknown_outcome_policy},
+                         after={"unknown_outcome_policy": policy})
 
 
 @contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 
+from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from domain.rules.obligation_dates import Calendar
 
@@ -28,4 +29,6 @@ def save_calendar(tx: TenantTx, cal: Calendar) -> Calendar:
         "ON CONFLICT (id) DO UPDATE SET working_days = excluded.working_days, "
         "  holidays = excluded.holidays, updated_at = now()",
         [sorted(cal.working_days), sorted(cal.holidays)])
+    record_audit(tx, "settings.calendar", "calendar", None,
+                 after={"working_days": sorted(cal.working_days), "holidays": sorted(cal.holidays)})
     return cal

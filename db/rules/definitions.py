@@ -12,6 +12,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from db.rules.template_preview import dry_render_errors
 from domain.errors import Conflict, InvalidInput, NotFound
@@ -115,10 +116,15 @@ def _checked(tx: TenantTx, data: object, template_check: TemplateCheck) -> RuleD
 
 
 def _record_version(tx: TenantTx, rule_id: int, by: str, summary: str) -> None:
-    tx.conn.execute(
+    row = tx.conn.execute(
         "INSERT INTO rule_versions (rule_id, version, definition, enabled, changed_by, summary) "
-        "SELECT id, version, definition, enabled, %s, %s FROM rules WHERE id = %s",
-        [_who(by), summary, rule_id])
+        "SELECT id, version, definition, enabled, %s, %s FROM rules WHERE id = %s "
+        "RETURNING version, enabled",
+        [_who(by), summary, rule_id]).fetchone()
+    assert row is not None
+    verb = summary if summary in ("created", "enabled", "disabled") else "edited"
+    record_audit(tx, f"rule.{verb}", "rule", rule_id,
+                 after={"version": row[0], "enabled": row[1], "summary": summary})
 
 
 def _who(by: str) -> str:
@@ -221,7 +227,10 @@ def rule_versions(tx: TenantTx, rule_id: int) -> list[RuleVersion]:
 
 
 def export_rules(tx: TenantTx, product: str | None = None) -> list[dict[str, Any]]:
-    return [r.to_json() for r in list_rules(tx, product)]
+    """The rules as JSON definitions (for `tocsin rules import`), the export recorded."""
+    exported = [r.to_json() for r in list_rules(tx, product)]
+    record_audit(tx, "export.rules", "export", "rules", after={"product": product, "rules": len(exported)})
+    return exported
 
 
 def import_rules(tx: TenantTx, data: object, by: str,

@@ -31,9 +31,11 @@ from litestar.params import Body, HeaderParameter
 
 from db.events.api_idempotency import Answer, answer_once
 from db.events.api_keys import CallerKey, recognise_key
-from db.events.outbox import record_events
+from db.events.outbox import Recorded, record_events
+from db.evidence.audit import record_audit, set_actor
 from db.platform.errors import DatabaseUnavailable, NotMigrated
-from db.platform.tenancy import tenant_tx
+from db.platform.tenancy import TenantTx, tenant_tx
+from domain.audit import Actor, ActorKind
 from domain.errors import Busy, InvalidInput, NotFound
 from domain.events.intake import BATCH_LIMIT, EventIn, InvalidEvents, Problem, parse_batch, parse_event
 from domain.events.json_input import MAX_JSON_DEPTH, NUMBER_WORDS, InvalidJson, body_problem
@@ -150,6 +152,7 @@ async def requires_api_key(connection: ASGIConnection[Any, Any, Any, Any], handl
     if caller is None:
         raise KeyRefused("this API key is not valid (wrong, or revoked)")
     connection.state[CALLER] = caller
+    set_actor(Actor(ActorKind.API_KEY, f"api_key:{caller.id}", None, address))
 
 
 def _recognised(key: str, address: str, failures: ApiKeyFailures) -> CallerKey | None:
@@ -180,9 +183,22 @@ def _answer(request: Request[Any, Any, Any], data: object, events: list[EventIn]
     # One transaction: the idempotency record, the subject register and the event rows.
     with tenant_tx(caller.tenant_slug, generic_plans=True) as tx:
         answer = answer_once(tx, caller.id, idempotency_key, request_hash,
-                             lambda: Answer(201, shape(record_events(tx, events, "api", prefixes))))
+                             lambda: Answer(201, shape(_recorded(tx, events, prefixes, idempotency_key))))
     headers = {"Idempotent-Replayed": "true"} if answer.replayed else {}
     return Response(answer.body, status_code=answer.status, headers=headers)
+
+
+def _recorded(tx: TenantTx, events: list[EventIn], prefixes: list[str],
+              idempotency_key: str | None) -> list[Recorded]:
+    """The events, with one audit row for the request (not one per event: a batch of 500 is
+    one action of its key)."""
+    recorded = record_events(tx, events, "api", prefixes)
+    ids = [r.event_id for r in recorded]
+    record_audit(tx, "events.record", "event", ids[0] if ids else None,
+                 after={"count": len(ids), "first_event_id": min(ids, default=None),
+                        "last_event_id": max(ids, default=None),
+                        "idempotency_key": idempotency_key})
+    return recorded
 
 
 _ERRORS = {

@@ -71,19 +71,20 @@ def client_licence(viewer: CurrentViewer, client_id: FromPath[int]) -> Template:
 
 
 @get("/clients", sync_to_thread=True)
-def clients(viewer: CurrentViewer) -> Template:
-    """Every client's licence at a glance, for the tenant's staff."""
+def clients(viewer: CurrentViewer, archived: Annotated[bool, QueryParameter()] = False) -> Template:
+    """Every client's licence at a glance, for the tenant's staff (``archived``: the
+    archived ones instead)."""
     if viewer.is_client_user:
         raise NotFound("client users see only their own licence")
     with tenant_tx(viewer.tenant.slug) as tx:
-        rows = list_clients(tx)
+        rows = list_clients(tx, archived=archived)
         unread = unread_count(tx, viewer.user.id)
     today = utcnow().astimezone(ZoneInfo(viewer.tenant.time_zone)).date()
     return Template(
         "clients.html",
         context={
             "viewer": viewer, "unread": unread, "clients": rows, "today": today,
-            "soon": SOON, "section": "clients",
+            "soon": SOON, "section": "clients", "archived": archived,
         },
     )
 

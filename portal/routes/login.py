@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import anyio.to_thread
 from litestar import Request, get, post
 from litestar.datastructures import Cookie
 from litestar.enums import RequestEncodingType
@@ -16,11 +18,14 @@ from litestar.status_codes import (
     HTTP_429_TOO_MANY_REQUESTS,
 )
 
-from portal.auth import PUBLIC, safe_next, sign_in
-from portal.client_address import client_address
+from db.evidence.audit import record_audit, record_audit_alone
+from db.people.users import get_user
+from db.platform.tenancy import tenant_tx
+from domain.audit import Actor, ActorKind
+from domain.errors import InvalidInput, NotFound
+from portal.auth import PUBLIC, request_address, safe_next, sign_in
 from portal.ratelimit import LoginThrottle, PasswordChecks
 from portal.sessions import end_session, session_identity, session_store, start_session
-from portal.settings import PortalSettings
 
 __all__ = [
     "CSRF_COOKIE",
@@ -88,15 +93,12 @@ def login(
         )
     throttle: LoginThrottle = request.app.state.login_throttle
     checks: PasswordChecks = request.app.state.password_checks
-    settings: PortalSettings = request.app.state.portal_settings
-    address = client_address(
-        request.client.host if request.client else None,
-        request.headers.get("x-forwarded-for"), settings.trusted_proxies,
-    )
+    address = request_address(request)
     # Counted before any password work, in one step with the check: concurrent guesses
     # cannot all slip under the limit together.
     refusal = throttle.reserve(data.organisation, data.email, address)
     if refusal is not None:
+        _refused(data, address, "too many failed attempts")
         minutes = f"{refusal.minutes} minute{'s' if refusal.minutes != 1 else ''}"
         return _login_page(
             data, status=HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(refusal.retry_after)},
@@ -111,10 +113,36 @@ def login(
         throttle.refund(data.organisation, data.email, address)
         raise
     if viewer is None:
+        _refused(data, address, "wrong email or password, or account not active")
         return _login_page(data, error=WRONG_CREDENTIALS, status=HTTP_400_BAD_REQUEST)
     throttle.record_success(data.organisation, data.email, address)
+    record_audit_alone(viewer.tenant.slug, "sign_in", "user", viewer.user.id,
+                       actor=Actor.user(viewer.user.id, viewer.user.email, address),
+                       after={"method": "password"})
     start_session(request, viewer.tenant.slug, viewer.user.id)
     return signed_in_redirect(request, safe_next(data.next))
+
+
+def _refused(data: LoginForm, address: str, reason: str) -> None:
+    """A refused sign-in, in the audit log of the organisation typed (when it exists: an
+    unknown organisation has no log to write to)."""
+    with contextlib.suppress(InvalidInput, NotFound):
+        record_audit_alone(
+            data.organisation.strip().lower(), "sign_in.refused", "user", None,
+            actor=Actor(ActorKind.ANONYMOUS, data.email.strip()[:320], None, address),
+            after={"email": data.email.strip()[:320], "reason": reason},
+        )
+
+
+def _record_sign_out(tenant: str, user_id: int, address: str) -> None:
+    try:
+        with tenant_tx(tenant) as tx:
+            user = get_user(tx, user_id)
+            if user is not None:
+                record_audit(tx, "sign_out", "user", user_id,
+                             actor=Actor.user(user_id, user.email, address))
+    except (InvalidInput, NotFound):  # the organisation is gone: nothing to record in
+        pass
 
 
 def signed_in_redirect(request: Request[Any, Any, Any], path: str) -> Redirect:
@@ -132,5 +160,7 @@ async def logout(request: Request[Any, Any, Any]) -> Redirect:
     identity = session_identity(request)
     if identity is not None:
         await session_store(request).end_all(identity.tenant, identity.user_id)
+        await anyio.to_thread.run_sync(_record_sign_out, identity.tenant, identity.user_id,
+                                       request_address(request))
     end_session(request)
     return Redirect("/login?signed_out=1", status_code=HTTP_303_SEE_OTHER)

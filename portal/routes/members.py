@@ -16,6 +16,7 @@ from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_400_BAD_REQUEST
 
 from db.delivery.inbox import unread_count
+from db.evidence.audit import set_actor
 from db.people.clients import list_clients
 from db.people.members import (
     INVITE_PURPOSE,
@@ -27,10 +28,11 @@ from db.people.members import (
     set_role,
 )
 from db.platform.tenancy import tenant_tx
+from domain.audit import ANONYMOUS
 from domain.errors import InvalidInput, NotFound
 from domain.people.identity import parse_whole_number, valid_role
 from domain.tokens import verify
-from portal.auth import PUBLIC, CurrentViewer, Viewer
+from portal.auth import PUBLIC, CurrentViewer, Viewer, request_address
 from portal.routes.login import signed_in_redirect
 from portal.sessions import session_store, start_session
 from tocsin.core.clock import utcnow
@@ -182,6 +184,7 @@ def join(
     request: Request[Any, Any, Any], token: FromPath[str], data: Annotated[AcceptForm, Form]
 ) -> Template | Redirect:
     slug, invitation_id = _invitation(request, token)
+    set_actor(ANONYMOUS.at(request_address(request)))  # member.join names the new member
     error = None
     if data.password != data.confirm:
         error = "The two passwords are different. Type the same password twice."

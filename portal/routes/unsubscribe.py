@@ -12,13 +12,15 @@ from litestar.params import FromPath
 from litestar.response import Template
 from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
 
+from db.evidence.audit import set_actor
 from db.people.preferences import resolve_preference, unsubscribe_email
 from db.people.users import get_user
 from db.platform.tenancy import tenant_tx
+from domain.audit import Actor, ActorKind
 from domain.delivery.unsubscribe import UnsubscribeScope, read_unsubscribe_token
 from domain.errors import InvalidInput, NotFound
 from domain.tokens import TokenExpired
-from portal.auth import PUBLIC
+from portal.auth import PUBLIC, request_address
 from tocsin.core.clock import utcnow
 from tocsin.core.keys import SigningKeys
 
@@ -51,6 +53,9 @@ def unsubscribe_link(request: Request[Any, Any, Any], token: FromPath[str]) -> T
     POST acts at once, as RFC 8058 one-click asks, whatever the body carries."""
     try:
         scope = _scope(request, token)
+        # The signed link speaks for its recipient: what it changes is theirs.
+        set_actor(Actor(ActorKind.USER, f"unsubscribe link of user {scope.user_id}", scope.user_id,
+                        request_address(request)))
         with tenant_tx(scope.tenant) as tx:
             if request.method == HttpMethod.POST:
                 outcome = unsubscribe_email(tx, scope.user_id, scope.category)

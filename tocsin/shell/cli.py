@@ -288,11 +288,14 @@ def cmd_scan(args: argparse.Namespace) -> None:
 
 
 def cmd_ledger(args: argparse.Namespace) -> None:
+    from db.evidence.audit import record_audit
     from db.evidence.ledger_view import LedgerFilter, csv_lines, iter_ledger
     from db.platform.tenancy import tenant_tx
 
     slug = valid_slug(args.tenant)
     with tenant_tx(slug) as tx:
+        record_audit(tx, "export.ledger", "export", "ledger",
+                     after={"format": "csv" if args.csv else "text"})
         rows = iter_ledger(tx, LedgerFilter())
         if args.csv:
             sys.stdout.writelines(csv_lines(rows))
@@ -573,7 +576,11 @@ def main(argv: Sequence[str] | None, boot: Bootstrap) -> None:
     global _boot
     _boot = boot
     args = build_parser().parse_args(argv)
+    import getpass
+
+    from db.evidence.audit import acting_as
     from db.platform.errors import DatabaseUnavailable
+    from domain.audit import Actor, ActorKind
     from tocsin.core import runtime
     from tocsin.messaging.queues import QueuesUnavailable
     from tocsin.shell.services import ServiceError
@@ -581,7 +588,9 @@ def main(argv: Sequence[str] | None, boot: Bootstrap) -> None:
     try:
         if args.command not in SELF_STARTING:
             boot.start(runtime.settings())  # read once; the pool opens on the first statement
-        args.handler(args)
+        # What the command changes is recorded against the operator (db/evidence/audit.py).
+        with acting_as(Actor(ActorKind.CLI, f"cli:{getpass.getuser()}")):
+            args.handler(args)
     except (DatabaseUnavailable, QueuesUnavailable, ServiceError) as error:
         print(f"tocsin: error: {_one_line(error)}", file=sys.stderr)
         sys.exit(EXIT_UNAVAILABLE)

@@ -1,0 +1,68 @@
+"""The administrators' new pages in a real browser, on a desktop and on a phone: adding a
+client and managing it (details, licence date with a reason, its users), and the audit log
+that records each of those changes. Screenshots land in test-artifacts/ (admin-*.png)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from playwright.sync_api import Browser, ViewportSize, expect
+
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.people.identity import Role
+from tests.browser.pages import open_page, sign_in
+from tests.browser.test_portal_browser import DESKTOP, PASSWORD, PHONE
+
+pytestmark = pytest.mark.browser
+
+ADMIN = "sam.admin@tenant.example"
+
+
+@pytest.mark.parametrize(("name", "viewport"), [("desktop", DESKTOP), ("phone", PHONE)])
+def test_an_administrator_adds_and_manages_a_client_and_reads_it_in_the_audit_log(
+    browser: Browser, portal_url: str, tenant: Tenant, artifacts: Path, name: str,
+    viewport: ViewportSize,
+) -> None:
+    with tenant_tx(tenant.slug) as tx:
+        create_user(tx, ADMIN, Role.ADMIN, PASSWORD, display_name="Sam Admin")
+    page, errors = open_page(browser, viewport)
+    sign_in(page, portal_url, tenant, ADMIN, PASSWORD)
+    expect(page.get_by_role("heading", name="Inbox")).to_be_visible()
+
+    page.goto(f"{portal_url}/clients")
+    page.get_by_role("link", name="New client").click()
+    expires = datetime.now(UTC).astimezone(ZoneInfo(tenant.time_zone)).date() + timedelta(days=200)
+    page.get_by_label("Name", exact=True).fill("Acme Assurance")
+    page.get_by_label("Plan").select_option("enterprise")
+    page.get_by_label("Contact person").fill("Inès Martin")
+    page.get_by_label("Contact email").fill("ines@acme.example")
+    page.get_by_label("Contact phone").fill("+33 1 23 45 67 89")
+    page.get_by_label("Licence expires on").fill(expires.isoformat())
+    page.screenshot(path=artifacts / f"admin-client-new-{name}.png", full_page=True)
+    page.get_by_role("button", name="Add client").click()
+    expect(page.get_by_text("Client added.")).to_be_visible()
+
+    page.get_by_label("New expiry date").fill((expires + timedelta(days=365)).isoformat())
+    page.get_by_label("Reason").fill("Signed a two-year contract")
+    page.get_by_role("button", name="Change expiry date").click()
+    expect(page.get_by_text("Expiry date changed.")).to_be_visible()
+    page.get_by_label("Email", exact=True).fill("finance@acme.example")
+    page.get_by_role("button", name="Invite user").click()
+    expect(page.get_by_text("Invitation sent.")).to_be_visible()
+    expect(page.get_by_role("row", name="finance@acme.example")).to_contain_text("Invited")
+    page.screenshot(path=artifacts / f"admin-client-manage-{name}.png", full_page=True)
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Audit").click()
+    expect(page.get_by_role("heading", name="Audit log")).to_be_visible()
+    expect(page.get_by_text("licence.corrected")).to_be_visible()
+    expect(page.get_by_text("Signed a two-year contract")).to_be_visible()
+    page.screenshot(path=artifacts / f"admin-audit-{name}.png", full_page=True)
+    page.get_by_label("What").select_option("client")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.get_by_text("client.create")).to_be_visible()
+    expect(page.get_by_text("licence.corrected")).to_have_count(0)
+    assert errors == []

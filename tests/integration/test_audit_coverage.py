@@ -1,0 +1,401 @@
+"""Every state-changing route of the portal and every state-changing `tocsin` command
+records an audit row. The routes are read from the app's own route table and the commands
+from the CLI's own parser, so a route or command added later without an exercise here (or a
+stated reason why it changes nothing a person decided) fails this test; each exercise runs
+the real thing and must add a row whose action it names."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from litestar import Litestar
+
+from db.delivery.recovery import HELD_REASON
+from db.events.api_keys import create_api_key
+from db.people.users import create_user
+from db.platform.tenancy import Tenant, tenant_tx
+from domain.delivery.unsubscribe import unsubscribe_token
+from domain.people.identity import Role
+from portal.auth import PUBLIC
+from tests.integration.builders import scalar
+from tests.integration.conftest import remove_tenant
+from tests.integration.intake_support import case_event, fraud_desk
+from tests.integration.portal_support import PASSWORD, People, PortalClient, csrf_token, sign_in
+from tests.integration.rule_builders import rule_json
+from tests.integration.test_cli import run
+from tests.integration.test_portal_rules import builder_form, post_form
+from tocsin.boot.web import build_app
+from tocsin.core.keys import signing_keys
+from tocsin.core.settings import load_settings
+from tocsin.shell.cli import build_parser
+
+STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+
+# Routes that change state but record no audit row, each with the reason.
+NOT_AUDITED = {
+    "POST /notifications/{notification_id:int}/{action:str}":
+        "a person's own reading state; an acknowledgement is evidence in the ledger "
+        "(acknowledged_at and acknowledged_by)",
+    "POST /inbox/read-all": "a person's own reading state",
+    "POST /hooks/ses": "Amazon reporting a delivery outcome (authenticated by the SNS signature), "
+                       "no person or key acting; every event is kept in provider_events",
+    "POST /rules/builder/refresh": "re-renders the rule builder's form; writes nothing",
+    "POST /rules/preview": "renders a template preview; writes nothing",
+}
+
+
+@dataclass
+class World:
+    portal: PortalClient
+    people: People
+    member_id: int
+    rule_id: int
+    key: str
+
+    @property
+    def tenant(self) -> Tenant:
+        return self.people.tenant
+
+    def as_user(self, email: str) -> str:
+        """Sign in (afresh) as ``email``; a CSRF token of the signed-in session."""
+        self.portal.cookies.clear()
+        assert sign_in(self.portal, self.tenant.slug, email).status_code == 303
+        return csrf_token(self.portal.get("/").text)
+
+    def as_admin(self) -> str:
+        return self.as_user(self.people.admin.email)
+
+    def post(self, path: str, token: str, **data: str) -> int:
+        return self.portal.post(path, data={"_csrf_token": token, **data},
+                                follow_redirects=False).status_code
+
+
+def hold_a_delivery(world: World) -> int:
+    """The client user's d7 reminder, held for review as the sweep leaves it under hold."""
+    delivery_id = int(scalar(world.tenant,
+                             "SELECT d.id FROM notification_deliveries d JOIN notifications n "
+                             "ON n.id = d.notification_id WHERE n.recipient_user_id = %s",
+                             world.people.client_user.id))
+    with tenant_tx(world.tenant.slug) as tx:
+        tx.conn.execute("UPDATE notification_deliveries SET status = 'sending' WHERE id = %s",
+                        [delivery_id])
+        tx.conn.execute("UPDATE notification_deliveries SET status = 'unknown', status_reason = %s, "
+                        "unknown_since = now() WHERE id = %s", [HELD_REASON, delivery_id])
+    return delivery_id
+
+
+def _invite_and_join(w: World) -> None:
+    token = w.as_admin()
+    assert w.post("/members/invite", token, email="joiner@tenant.example", role="member") == 303
+    href = scalar(w.tenant, "SELECT n.data ->> 'href' FROM notifications n JOIN users u ON "
+                  "u.id = n.recipient_user_id WHERE u.email = 'joiner@tenant.example'")
+    w.portal.cookies.clear()
+    token = csrf_token(w.portal.get("/login").text)
+    assert w.post(f"{href}/join", token, password=PASSWORD, confirm=PASSWORD) == 303
+
+
+def _version(w: World) -> str:
+    return str(scalar(w.tenant, "SELECT version FROM clients WHERE id = %s", w.people.client.id))
+
+
+def _unsubscribe(w: World) -> None:
+    keys = signing_keys(load_settings())
+    link = unsubscribe_token(keys.unsubscribe.current, w.tenant.slug, w.people.admin.id,
+                             "license_expiring", datetime.now(UTC))
+    assert w.portal.post(f"/unsubscribe/{link}").status_code == 200
+
+
+def _import_rules(w: World) -> None:
+    token = w.as_admin()
+    body = json.dumps([rule_json(name="Imported rule")])
+    answer = w.portal.post("/rules/import", data={"_csrf_token": token},
+                           files={"file": ("rules.json", body.encode(), "application/json")})
+    assert answer.status_code == 200, answer.text
+
+
+def _events(w: World, path: str, payload: object) -> None:
+    answer = w.portal.post(path, json=payload, headers={"Authorization": f"Bearer {w.key}"})
+    assert answer.status_code == 201, answer.text
+
+
+# Each state-changing route: how to exercise it, and the action prefix its audit row has.
+Exercise = Callable[[World], object]
+ROUTES: dict[str, tuple[Exercise, str]] = {
+    "POST /login": (lambda w: w.as_admin(), "sign_in"),
+    "POST /logout": (lambda w: w.post("/logout", w.as_admin()), "sign_out"),
+    "POST /renew": (lambda w: w.post("/renew", w.as_user(w.people.client_user.email),
+                                     expires_on=w.people.client.access_expires_on.isoformat()),
+                    "licence.renewed"),
+    "POST /clients/{client_id:int}/renew": (
+        lambda w: w.post(f"/clients/{w.people.other_client.id}/renew", w.as_admin(),
+                         expires_on=w.people.other_client.access_expires_on.isoformat()),
+        "licence.renewed"),
+    "POST /members/invite": (lambda w: w.post("/members/invite", w.as_admin(),
+                                              email="invited@tenant.example", role="member"),
+                             "member.invite"),
+    "POST /members/{user_id:int}/role": (
+        lambda w: w.post(f"/members/{w.member_id}/role", w.as_admin(), role="admin"), "member.role"),
+    "POST /members/{user_id:int}/deactivate": (
+        lambda w: w.post(f"/members/{w.member_id}/deactivate", w.as_admin()), "member.deactivate"),
+    "POST /invitations/{token:str}/join": (_invite_and_join, "member.join"),
+    "POST /ledger/attention/deliveries/{delivery_id:int}/send-again": (
+        lambda w: w.post(f"/ledger/attention/deliveries/{hold_a_delivery(w)}/send-again", w.as_admin()),
+        "delivery.send_again"),
+    "POST /ledger/attention/deliveries/{delivery_id:int}/mark-delivered": (
+        lambda w: w.post(f"/ledger/attention/deliveries/{hold_a_delivery(w)}/mark-delivered",
+                         w.as_admin()),
+        "delivery.mark_delivered"),
+    "POST /settings/unknown-outcome": (
+        lambda w: w.post("/settings/unknown-outcome", w.as_admin(), policy="hold"),
+        "settings.unknown_outcome"),
+    "POST /preferences/categories/{category:str}": (
+        lambda w: w.post("/preferences/categories/report_ready", w.as_admin(), in_app="on",
+                         frequency="daily_digest"),
+        "preference.save"),
+    "POST /preferences/schedule": (
+        lambda w: w.post("/preferences/schedule", w.as_admin(), digest_time="07:30", weekly_day="2",
+                         time_zone="Europe/Paris"),
+        "preference.schedule"),
+    "POST /preferences/defaults/{category:str}": (
+        lambda w: w.post("/preferences/defaults/report_ready", w.as_admin(), in_app="on",
+                         email="on", frequency="instant"),
+        "settings.category_default"),
+    "GET, POST /unsubscribe/{token:str}": (_unsubscribe, "preference.save"),
+    "POST /api-keys/new": (lambda w: w.post("/api-keys/new", w.as_admin(), label="Case system"),
+                           "api_key.create"),
+    "POST /api-keys/{key_id:int}/revoke": (
+        lambda w: w.post(f"/api-keys/{create_api_key(w.tenant.slug, 'old')[0].id}/revoke", w.as_admin()),
+        "api_key.revoke"),
+    "POST /rules/{rule_id:int}/disable": (
+        lambda w: w.post(f"/rules/{w.rule_id}/disable", w.as_admin()), "rule.disabled"),
+    "POST /rules/{rule_id:int}/enable": (
+        lambda w: (w.post(f"/rules/{w.rule_id}/disable", w.as_admin()),
+                   w.post(f"/rules/{w.rule_id}/enable", w.as_admin())), "rule.enabled"),
+    "POST /rules/{rule_id:int}/duplicate": (
+        lambda w: w.post(f"/rules/{w.rule_id}/duplicate", w.as_admin()), "rule.created"),
+    "POST /rules/import": (_import_rules, "rule.created"),
+    "POST /rules/create": (
+        lambda w: post_form(w.portal, "/rules/create", builder_form(w.as_admin(), name="Built")),
+        "rule.created"),
+    "POST /rules/{rule_id:int}/save": (
+        lambda w: post_form(w.portal, f"/rules/{w.rule_id}/save",
+                            builder_form(w.as_admin(), name="Renamed rule")), "rule.edited"),
+    "POST /clients/new": (
+        lambda w: w.post("/clients/new", w.as_admin(), name="Acme", expires_on="2031-03-01",
+                         plan="standard"), "client.create"),
+    "POST /clients/{client_id:int}/details": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/details", w.as_admin(), name="Renamed Ltd",
+                         plan="enterprise", version=_version(w)), "client.edit"),
+    "POST /clients/{client_id:int}/expiry": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/expiry", w.as_admin(), expires_on="2031-01-31",
+                         reason="two-year contract", version=_version(w)), "licence.corrected"),
+    "POST /clients/{client_id:int}/archive": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/archive", w.as_admin(), version=_version(w)),
+        "client.archive"),
+    "POST /clients/{client_id:int}/restore": (
+        lambda w: (w.post(f"/clients/{w.people.client.id}/archive", w.as_admin(), version=_version(w)),
+                   w.post(f"/clients/{w.people.client.id}/restore", w.as_admin(), version=_version(w))),
+        "client.restore"),
+    "POST /clients/{client_id:int}/users/invite": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/users/invite", w.as_admin(),
+                         email="new@northwind.example"), "member.invite"),
+    "POST /clients/{client_id:int}/users/{user_id:int}/deactivate": (
+        lambda w: w.post(f"/clients/{w.people.client.id}/users/{w.people.client_user.id}/deactivate",
+                         w.as_admin()), "member.deactivate"),
+    "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
+    "POST /api/v1/events/batch": (
+        lambda w: _events(w, "/api/v1/events/batch", {"events": [case_event("C-1"), case_event("C-2")]}),
+        "events.record"),
+}
+
+# Downloads of the tenant's data (GET, yet each one is recorded).
+EXPORTS: dict[str, tuple[Exercise, str]] = {
+    "GET /ledger.csv": (lambda w: (w.as_admin(), w.portal.get("/ledger.csv").text), "export.ledger"),
+    "GET /obligations.csv": (lambda w: (w.as_admin(), w.portal.get("/obligations.csv").text),
+                             "export.obligations"),
+    "GET /audit.csv": (lambda w: (w.as_admin(), w.portal.get("/audit.csv").text), "export.audit"),
+    "GET /rules/export.json": (lambda w: (w.as_admin(), w.portal.get("/rules/export.json").text),
+                               "export.rules"),
+}
+
+
+def _route_keys(app: Litestar) -> tuple[set[str], set[str]]:
+    changing, exports = set(), set()
+    for route in app.routes:
+        for handler in route.route_handlers:  # type: ignore[union-attr]
+            methods = sorted(m for m in handler.http_methods if m not in ("HEAD", "OPTIONS"))
+            if not methods:
+                continue
+            key = f"{', '.join(methods)} {route.path}"
+            if STATE_CHANGING & set(methods):
+                changing.add(key)
+            elif route.path.endswith((".csv", "export.json")) and not handler.opt.get(PUBLIC):
+                exports.add(key)
+    return changing, exports
+
+
+def test_every_state_changing_route_and_export_is_exercised_or_says_why_not() -> None:
+    changing, exports = _route_keys(build_app())
+    assert changing - set(ROUTES) - set(NOT_AUDITED) == set(), \
+        "a state-changing route with no audit exercise: add it to ROUTES (or say why to NOT_AUDITED)"
+    assert exports - set(EXPORTS) == set(), "an export with no audit exercise"
+    assert set(ROUTES) | set(NOT_AUDITED) <= changing and set(EXPORTS) <= exports  # none stale
+
+
+@pytest.fixture
+def world(portal: PortalClient, people: People) -> World:
+    fraud_desk(people.tenant)
+    with tenant_tx(people.tenant.slug) as tx:
+        member = create_user(tx, "member@tenant.example", Role.MEMBER, PASSWORD)
+        from db.rules.definitions import create_rule
+
+        rule = create_rule(tx, rule_json(), "admin@tenant.example")
+    return World(portal, people, member.id, rule.id, create_api_key(people.tenant.slug, "case system")[1])
+
+
+def _audit_count(tenant: Tenant) -> int:
+    return int(scalar(tenant, "SELECT count(*) FROM audit_log"))
+
+
+def _new_actions(tenant: Tenant, after: int) -> list[str]:
+    with tenant_tx(tenant.slug) as tx:
+        rows = tx.conn.execute("SELECT action FROM audit_log WHERE id > %s ORDER BY id",
+                               [after]).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES) + sorted(EXPORTS))
+def test_the_route_records_an_audit_row(world: World, route: str) -> None:
+    exercise, action = {**ROUTES, **EXPORTS}[route]
+    last = int(scalar(world.tenant, "SELECT coalesce(max(id), 0) FROM audit_log"))
+    exercise(world)
+    new = _new_actions(world.tenant, last)
+    assert any(a == action or a.startswith(action + ".") for a in new), (route, new)
+
+
+# --- the CLI ------------------------------------------------------------------------------
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> set[str]:
+    found = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= _commands(sub, f"{prefix}{name} ")
+    return found or {prefix.strip()}
+
+
+READ_ONLY = "reads and prints; changes nothing"
+PROCESS = "starts processes; what they change is recorded by the routes and use cases above"
+MACHINERY = ("the machinery's own work (claims, recoveries), recorded in the ledger and the runs' "
+             "heartbeats; re-running it changes nothing a person decided")
+NOT_AUDITED_COMMANDS = {
+    "tenant list": READ_ONLY, "stuck": READ_ONLY, "status": READ_ONLY, "events status": READ_ONLY,
+    "apikey list": READ_ONLY, "product list": READ_ONLY, "rules list": READ_ONLY,
+    "rules show": READ_ONLY, "calendar show": READ_ONLY,
+    "rules dry-run": "evaluates a rule and claims nothing",
+    "up": PROCESS, "web": PROCESS, "worker": PROCESS, "clock": PROCESS,
+    "demo-events": "sends events through the events API, which records them (events.record)",
+    "migrate": "schema versions, recorded in control.schema_migrations",
+    "seed-demo": "the demo tenant, made with tenant create, client create, user create, apikey "
+                 "create, product create and rules create, each recorded",
+    "scan": MACHINERY, "sweep": MACHINERY,
+}
+
+
+def _rule_file(tmp_path: Path, **changes: object) -> str:
+    path = tmp_path / "rule.json"
+    path.write_text(json.dumps(rule_json(**changes)))
+    return str(path)
+
+
+CliExercise = Callable[[Tenant, int, Path], list[str]]
+COMMANDS: dict[str, tuple[CliExercise, str]] = {
+    "tenant create": (lambda t, r, p: ["tenant", "create", "audited" + t.slug[1:9], "--name", "A",
+                                       "--tz", "UTC"], "tenant.create"),
+    "tenant unknown-outcome": (lambda t, r, p: ["tenant", "unknown-outcome", t.slug, "hold"],
+                               "settings.unknown_outcome"),
+    "client create": (lambda t, r, p: ["client", "create", "--tenant", t.slug, "--name", "Acme",
+                                       "--expires", "2031-01-01"], "client.create"),
+    "user create": (lambda t, r, p: ["user", "create", "--tenant", t.slug, "--email", "cli@t.example",
+                                     "--role", "member"], "user.create"),
+    "ledger": (lambda t, r, p: ["ledger", "--tenant", t.slug, "--csv"], "export.ledger"),
+    "apikey create": (lambda t, r, p: ["apikey", "create", "--tenant", t.slug, "--label", "cli"],
+                      "api_key.create"),
+    "apikey revoke": (lambda t, r, p: ["apikey", "revoke", "--tenant", t.slug,
+                                       str(create_api_key(t.slug, "to revoke")[0].id)], "api_key.revoke"),
+    "product create": (lambda t, r, p: ["product", "create", "--tenant", t.slug, "whistle", "Whistle"],
+                       "product.create"),
+    "hierarchy add": (lambda t, r, p: ["hierarchy", "add", "--tenant", t.slug, "region", "east", "East"],
+                      "hierarchy.add"),
+    "rules create": (lambda t, r, p: ["rules", "create", "--tenant", t.slug,
+                                      _rule_file(p, name="From the CLI")], "rule.created"),
+    "rules update": (lambda t, r, p: ["rules", "update", "--tenant", t.slug, str(r),
+                                      _rule_file(p, name="Renamed")], "rule.edited"),
+    "rules disable": (lambda t, r, p: ["rules", "disable", "--tenant", t.slug, str(r)], "rule.disabled"),
+    "rules enable": (lambda t, r, p: _disabled_then(["rules", "enable", "--tenant", t.slug, str(r)], t, r),
+                     "rule.enabled"),
+    "rules export": (lambda t, r, p: ["rules", "export", "--tenant", t.slug], "export.rules"),
+    "rules import": (lambda t, r, p: ["rules", "import", "--tenant", t.slug,
+                                      _list_file(p)], "rule.created"),
+    "calendar set": (lambda t, r, p: ["calendar", "set", "--tenant", t.slug, "--working-days",
+                                      "1,2,3,4"], "settings.calendar"),
+}
+
+
+def _list_file(tmp_path: Path) -> str:
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps([rule_json(name="Imported from the CLI")]))
+    return str(path)
+
+
+def _disabled_then(argv: list[str], tenant: Tenant, rule_id: int) -> list[str]:
+    from db.rules.definitions import set_enabled
+
+    with tenant_tx(tenant.slug) as tx:
+        set_enabled(tx, rule_id, False, "setup")
+    return argv
+
+
+def test_every_command_is_exercised_or_says_why_it_is_not_audited() -> None:
+    commands = _commands(build_parser())
+    assert commands - set(COMMANDS) - set(NOT_AUDITED_COMMANDS) == set(), \
+        "a command with no audit exercise: add it to COMMANDS (or say why to NOT_AUDITED_COMMANDS)"
+    assert set(COMMANDS) | set(NOT_AUDITED_COMMANDS) <= commands  # none stale
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_the_command_records_an_audit_row_against_the_operator(
+    tenant: Tenant, command: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fraud_desk(tenant)
+    with tenant_tx(tenant.slug) as tx:
+        from db.rules.definitions import create_rule
+
+        rule_id = create_rule(tx, rule_json(), "setup").id
+    argv, action = COMMANDS[command]
+    last = int(scalar(tenant, "SELECT coalesce(max(id), 0) FROM audit_log"))
+    args = argv(tenant, rule_id, tmp_path)
+    code, _out, err = run(capsys, *args)
+    assert code == 0, err
+    target = tenant
+    if command == "tenant create":
+        from db.platform.tenancy import get_tenant
+
+        target = get_tenant(args[2])
+        last = 0
+    try:
+        with tenant_tx(target.slug) as tx:
+            rows = tx.conn.execute("SELECT action, actor_kind, actor_label FROM audit_log "
+                                   "WHERE id > %s ORDER BY id", [last]).fetchall()
+    finally:
+        if target is not tenant:
+            remove_tenant(target)
+    matching = [r for r in rows if str(r[0]) == action]
+    assert matching, (command, rows)
+    assert all(str(r[1]) == "cli" and str(r[2]).startswith("cli:") for r in matching)
