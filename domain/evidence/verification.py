@@ -18,7 +18,7 @@ db/evidence/verify.py ``SOURCES`` (docs/design/evidence.md, "Adding a fact kind"
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from domain.evidence.canonical import GENESIS, JsonValue, chain_hash
@@ -96,38 +96,46 @@ class ChainReport:
         return min(self.breaks, key=lambda b: (b.seq is None, b.seq or 0, b.table, b.ref))
 
 
-# A row's view: field -> (value, the sequence that recorded it; 0 for a pending fact).
-_View = dict[str, tuple[JsonValue, int]]
+# A row's facts, in sequence order: (sequence, fields); 0 for a pending fact.
+_Facts = list[tuple[int, dict[str, JsonValue]]]
 
 
 class ChainVerifier:
     """Feed the chain in sequence order (``record``), then the pending facts (``pending``),
-    then each table's rows (``row``); ``finish`` names what is left."""
+    then each table's rows (``row``); ``finish`` names what is left. ``decode`` parses a
+    payload (json.loads; a faster decoder of the same JSON may be given)."""
 
-    def __init__(self) -> None:
+    def __init__(self, decode: Callable[[str], object] = json.loads) -> None:
         self.report = ChainReport()
         self._expected = 1
         self._prev = GENESIS
-        self._views: dict[tuple[str, str], tuple[int, _View]] = {}  # (table, ref) -> (insert seq, view)
+        self._decode = decode
+        self._facts: dict[tuple[str, str], _Facts] = {}  # (table, ref) -> its facts
 
     def record(self, seq: int, kind: str, ref: str, payload: str, prev_hash: str, hash_: str) -> None:
         report = self.report
         report.records += 1
-        table = FACT_KINDS[kind].table if kind in FACT_KINDS else kind
-        if seq != self._expected:
-            what = (f"sequence {self._expected} is missing (the chain goes on at {seq})"
-                    if seq > self._expected else f"sequence {seq} appears out of order")
-            report.breaks.append(Break(seq if seq < self._expected else self._expected, table, ref, what))
-        elif prev_hash != self._prev:
-            report.breaks.append(Break(seq, table, ref, "its previous hash is not the hash of the record "
-                                       "before it (a record was removed, inserted or reordered)"))
-        elif chain_hash(prev_hash, seq, kind, ref, payload) != hash_:
-            report.breaks.append(Break(seq, table, ref, "its hash does not match its content "
-                                       "(the chained record was edited)"))
+        if seq != self._expected or prev_hash != self._prev or \
+                chain_hash(prev_hash, seq, kind, ref, payload) != hash_:
+            self._link_break(seq, kind, ref, payload, prev_hash, hash_)
         self._expected = seq + 1
         self._prev = hash_
         report.head_seq, report.head_hash = seq, hash_
         self._absorb(kind, ref, payload, seq)
+
+    def _link_break(self, seq: int, kind: str, ref: str, payload: str, prev_hash: str, hash_: str) -> None:
+        table = FACT_KINDS[kind].table if kind in FACT_KINDS else kind
+        if seq != self._expected:
+            what = (f"sequence {self._expected} is missing (the chain goes on at {seq})"
+                    if seq > self._expected else f"sequence {seq} appears out of order")
+            found = Break(seq if seq < self._expected else self._expected, table, ref, what)
+        elif prev_hash != self._prev:
+            found = Break(seq, table, ref, "its previous hash is not the hash of the record "
+                          "before it (a record was removed, inserted or reordered)")
+        else:
+            found = Break(seq, table, ref,
+                          "its hash does not match its content (the chained record was edited)")
+        self.report.breaks.append(found)
 
     def pending(self, kind: str, ref: str, payload: str) -> None:
         self.report.pending += 1
@@ -139,47 +147,52 @@ class ChainVerifier:
             self.report.breaks.append(Break(seq or None, kind, ref, f"unknown fact kind {kind!r}"))
             return
         try:
-            fields = json.loads(payload)
+            fields = self._decode(payload)
         except ValueError:
-            self.report.breaks.append(Break(seq or None, fact.table, ref, "its payload is not JSON"))
+            fields = None
+        if not isinstance(fields, dict):
+            self.report.breaks.append(Break(seq or None, fact.table, ref, "its payload is not a JSON object"))
             return
         key = (fact.table, ref)
-        found = self._views.get(key)
-        if found is None:
-            found = (seq, {})
-            self._views[key] = found
+        facts = self._facts.get(key)
+        if facts is None:
+            self._facts[key] = [(seq, fields)]
             if not fact.insert:
                 self.report.breaks.append(Break(seq or None, fact.table, ref,
                                                 f"a {kind} fact comes before the row's own record"))
-        view = found[1]
-        for name, value in fields.items():
-            view[name] = (value, seq)
+        else:
+            facts.append((seq, fields))
 
     def row(self, table: str, ref: str, values: Mapping[str, object]) -> None:
-        """One row as it stands, its fields rendered by ``canonical_value`` (or ERASED)."""
+        """One row as it stands, its fields rendered as the chain renders them (or ERASED)."""
         self.report.rows += 1
-        found = self._views.pop((table, ref), None)
-        if found is None:
+        facts = self._facts.pop((table, ref), None)
+        if facts is None:
             self.report.breaks.append(Break(None, table, ref, "the row was never chained "
                                             "(inserted by hand, or its record was deleted)"))
             return
-        insert_seq, view = found
+        if len(facts) == 1:
+            view = facts[0][1]
+        else:
+            view = {}
+            for _seq, fields in facts:
+                view.update(fields)
         for name, value in values.items():
-            if value is ERASED:
-                continue
-            recorded, seq = view.get(name, (None, insert_seq))
-            if recorded != value:
+            if value is not ERASED and view.get(name) != value:
+                seq = next((s for s, f in reversed(facts) if name in f), facts[0][0])
+                said = _show(view.get(name))
                 self.report.breaks.append(Break(
-                    seq or None, table, ref, f"{name} is {_show(value)}, the chain says {_show(recorded)}"))
+                    seq or None, table, ref, f"{name} is {_show(value)}, the chain says {said}"))
                 return
 
     def finish(self, head_seq: int, head_hash: str, rows_checked: Iterable[str]) -> ChainReport:
         """``rows_checked``: the tables whose rows were fed; a chained row of one of them that
         was not fed has been deleted."""
         tables = set(rows_checked)
-        for (table, ref), (seq, _view) in sorted(self._views.items()):
+        for (table, ref), facts in sorted(self._facts.items()):
             if table in tables:
-                self.report.breaks.append(Break(seq or None, table, ref, "the row is missing (deleted)"))
+                self.report.breaks.append(
+                    Break(facts[0][0] or None, table, ref, "the row is missing (deleted)"))
         if (head_seq, head_hash) != (self.report.head_seq, self.report.head_hash):
             self.report.breaks.append(Break(
                 self.report.head_seq + 1 if head_seq > self.report.head_seq else head_seq,

@@ -1,5 +1,7 @@
--- The evidence chain (docs/design/evidence.md). Every fact that must never change is
--- appended, in the transaction that writes it, to evidence_pending with its canonical
+-- The evidence chain (docs/design/evidence.md). Its functions keep this schema as their
+-- search_path (SET search_path FROM CURRENT: the migration runs scoped to the schema), so a
+-- writer naming its tables by schema, with another search_path, still writes its facts here.
+-- Every fact that must never change is appended, in the transaction that writes it, to evidence_pending with its canonical
 -- encoding; the sealer (db/evidence/chain.py seal_pending) links pending facts into
 -- evidence_chain one by one under the tenant's chain head, so concurrent writers never
 -- contend for the head and the chain can never fork. Mutable status columns are not
@@ -14,7 +16,7 @@ CREATE TABLE evidence_salts (
 
 -- A personal value as the chain records it: "sha256:<hex>" of its salt and the value.
 CREATE FUNCTION evidence_personal(v text) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE s bytea;
 BEGIN
     IF v IS NULL THEN RETURN 'null'; END IF;
@@ -58,7 +60,7 @@ INSERT INTO evidence_head DEFAULT VALUES;
 -- Seal up to max_rows pending facts into the chain, in pending order, under the head's
 -- lock (a second sealer waits, then finds them gone). Returns how many were sealed.
 CREATE FUNCTION evidence_seal(max_rows integer) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     head_seq bigint; head_hash text; p record;
     ids bigint[] := '{}'; seqs bigint[] := '{}'; kinds text[] := '{}'; refs text[] := '{}';
@@ -147,7 +149,7 @@ LANGUAGE sql VOLATILE AS $$
 -- Inserts: one statement-level trigger per table, reading its transition table (a scan's
 -- thousand claims cost one INSERT ... SELECT, not a thousand calls).
 CREATE FUNCTION evidence_on_insert() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_TABLE_NAME = 'notification_ledger' THEN
         INSERT INTO evidence_pending (kind, ref, payload)
@@ -184,7 +186,7 @@ CREATE TRIGGER evidence_rule_versions AFTER INSERT ON rule_versions
 -- Moves: row-level triggers whose WHEN clause PostgreSQL checks before calling anything, so
 -- an update that moves nothing the chain records (a lease, a counter) costs nothing.
 CREATE FUNCTION evidence_on_move() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     INSERT INTO evidence_pending (kind, ref, payload)
     SELECT TG_ARGV[0], NEW.id::text, CASE TG_ARGV[0]
@@ -197,7 +199,7 @@ END
 $$;
 
 CREATE FUNCTION evidence_on_delivery_move() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     INSERT INTO evidence_pending (kind, ref, payload)
     VALUES ('delivery_status', NEW.id::text, evidence_delivery_status(NEW));
@@ -206,7 +208,7 @@ END
 $$;
 
 CREATE FUNCTION evidence_on_attempt_outcome() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     INSERT INTO evidence_pending (kind, ref, payload)
     VALUES ('attempt_outcome', NEW.id::text, evidence_attempt_outcome(NEW));
