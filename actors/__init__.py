@@ -12,9 +12,10 @@ from tocsin.messaging import broker as broker  # the broker first: the actors ar
 # isort: on
 from actors import digest as digest
 from actors import email as email
+from actors import evidence as evidence
 from actors import prepare as prepare
 from actors import relay as relay
 from actors import scan as scan
 from actors import sweep as sweep
 
-__all__ = ["broker", "digest", "email", "prepare", "relay", "scan", "sweep"]
+__all__ = ["broker", "digest", "email", "evidence", "prepare", "relay", "scan", "sweep"]

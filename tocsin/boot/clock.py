@@ -29,6 +29,7 @@ log = logging.getLogger("tocsin.clock")
 def run_clock(stop: threading.Event | None = None) -> None:
     settings = boot.start(load_settings())  # once for the process
     from actors.digest import digest_tick
+    from actors.evidence import seal_tick, verify_tick
     from actors.relay import relay_tick, wake_for_host_commits
     from actors.scan import tick
     from actors.sweep import sweep
@@ -59,6 +60,9 @@ def run_clock(stop: threading.Event | None = None) -> None:
         (digest_tick, "digest tick", settings.sweep_interval_seconds),  # digests due this minute
         # The outbox's polling fallback: events whose wake-up was lost are found here.
         (relay_tick, "relay tick", settings.events_poll_seconds),
+        # The evidence chain: written facts sealed shortly after commit, and each chain verified.
+        (seal_tick, "seal tick", settings.evidence_seal_seconds),
+        (verify_tick, "evidence verification", settings.evidence_verify_seconds),
     ]
     due = {name: 0.0 for _, name, _ in schedule}
     quiet_until = 0.0
@@ -70,7 +74,9 @@ def run_clock(stop: threading.Event | None = None) -> None:
             due[name] = now + interval
             try:
                 actor.send()
-                if name != "relay tick":
+                if name == "seal tick":
+                    pass  # every few seconds, and a seal that finds nothing does nothing: not logged
+                elif name != "relay tick":
                     log.info("%s enqueued", name)
                 elif now >= quiet_until:  # every few seconds: said once a minute
                     log.info("relay tick enqueued (every %ss, logged once a minute)",

@@ -123,6 +123,12 @@ class Settings:
     # failed in the relay's own worker, so a poison product costs one failure per pause.
     prepare_inline_pause_seconds: float = 60.0
     password_hash_cost: PasswordHashCost = PasswordHashCost.STANDARD
+    # The evidence chain (actors/evidence.py): seconds between two seals of written facts into
+    # each tenant's chain, and between two verifications (with a signed checkpoint) of it.
+    evidence_seal_seconds: int = 2
+    evidence_verify_seconds: int = 60 * 60
+    # A folder each signed checkpoint is also written to (a copy outside the database); unset: none.
+    evidence_checkpoint_dir: Path | None = None
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -347,4 +353,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prepare_backoff_max_seconds=backoff[1],
         prepare_inline_pause_seconds=env_float(env, "PREPARE_INLINE_PAUSE_SECONDS", 60.0),
         password_hash_cost=_password_hash_cost(env),
+        evidence_seal_seconds=env_int(env, "EVIDENCE_SEAL_SECONDS", 2),
+        evidence_verify_seconds=env_int(env, "EVIDENCE_VERIFY_SECONDS", 60 * 60),
+        evidence_checkpoint_dir=Path(env["EVIDENCE_CHECKPOINT_DIR"]).resolve()
+        if env.get("EVIDENCE_CHECKPOINT_DIR") else None,
     )

@@ -186,6 +186,19 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "`TOCSIN_TESTING=1` (set by the test suite only). A stored hash is checked with the "
         "cost written in it.",
     ),
+    "EVIDENCE_SEAL_SECONDS": SettingDoc(
+        "Seconds between two seals of each tenant's written facts into its evidence chain "
+        "(the clock's seal tick).",
+    ),
+    "EVIDENCE_VERIFY_SECONDS": SettingDoc(
+        "Seconds between two verifications of each tenant's evidence chain, each followed by a "
+        "signed checkpoint; a break raises one ops alert.",
+    ),
+    "EVIDENCE_CHECKPOINT_DIR": SettingDoc(
+        "A folder every signed checkpoint is also written to, one JSON line per checkpoint and "
+        "tenant (a copy outside the database); unset: none.",
+        default="unset",
+    ),
 }
 
 # Read by portal.settings.load_portal_settings: the web processes only.

@@ -557,12 +557,14 @@ def build_parser() -> Parser:
                         "e.g. a dedicated email worker on its own Procfile line")
     command("clock", cmd_clock, "enqueue the scan tick and the sweep, each on its interval")
     from tocsin.shell.cli_calendar import add_calendar_commands
+    from tocsin.shell.cli_evidence import add_evidence_commands
     from tocsin.shell.cli_platform import add_platform_commands
     from tocsin.shell.cli_rules import add_rules_commands
 
     add_rules_commands(sub, command)
     add_calendar_commands(sub, command)
     add_platform_commands(sub, command)
+    add_evidence_commands(sub, command)
     return parser
 
 

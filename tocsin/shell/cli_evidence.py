@@ -1,0 +1,86 @@
+"""`tocsin evidence ...`: seal, verify and (later commands) sign and export a tenant's
+evidence chain. Errors reach tocsin.shell.cli's one mapping to exit codes; a chain that does
+not verify is a result, not an error: `verify` exits with EXIT_BROKEN."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["EXIT_BROKEN", "add_evidence_commands", "cmd_evidence_seal", "cmd_evidence_verify"]
+
+EXIT_BROKEN = 4  # `tocsin evidence verify`: a chain, a record or a checkpoint does not hold
+
+Command = Callable[..., argparse.ArgumentParser]
+
+
+def _out(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def _tenants(args: argparse.Namespace) -> list[str]:
+    from db.platform.tenancy import get_tenant, list_tenants
+    from domain.people.identity import valid_slug
+
+    if args.tenant:
+        return [get_tenant(valid_slug(args.tenant)).slug]
+    return [t.slug for t in list_tenants()]
+
+
+def cmd_evidence_seal(args: argparse.Namespace) -> None:
+    from db.evidence.chain import seal_tenant
+
+    for slug in _tenants(args):
+        _out(f"{slug}: sealed {seal_tenant(slug):,} fact(s)")
+
+
+def cmd_evidence_verify(args: argparse.Namespace) -> None:
+    from db.evidence.chain import chain_head
+    from db.evidence.verify import verify_tenant
+    from db.platform.tenancy import tenant_tx
+    from tocsin.shell.progress import ProgressLine
+
+    broken = 0
+    for slug in _tenants(args):
+        with tenant_tx(slug) as tx:
+            head = chain_head(tx)
+        progress = ProgressLine(f"{slug}: verifying", head.seq, sys.stderr)
+        started = time.perf_counter()
+        try:
+            report = verify_tenant(slug, on_progress=progress.update)
+            progress.update(report.records)
+        finally:
+            progress.finish()
+        seconds = time.perf_counter() - started
+        rate = report.records / seconds if seconds > 0 else 0.0
+        summary = (f"{slug}: {report.records:,} chained record(s) to sequence {report.head_seq}, "
+                   f"{report.rows:,} row(s) compared, {report.pending:,} pending, "
+                   f"{seconds:.2f}s ({rate:,.0f} records/s)")
+        first = report.first_break
+        if first is None:
+            _out(f"{summary}: OK")
+            continue
+        broken += 1
+        _out(f"{summary}: BROKEN, {len(report.breaks)} break(s)")
+        _out(f"  first broken record: {first.describe()}")
+        for other in sorted(report.breaks, key=lambda b: (b.seq is None, b.seq or 0))[1:args.show]:
+            _out(f"  also: {other.describe()}")
+    if broken:
+        sys.exit(EXIT_BROKEN)
+
+
+def add_evidence_commands(sub: argparse._SubParsersAction[Any], command: Command) -> None:
+    """Register `tocsin evidence ...` on the top-level subparsers."""
+    evidence = sub.add_parser("evidence", help="the tamper-evident evidence chain: seal, verify")
+    evidence_sub = evidence.add_subparsers(dest="evidence_command", required=True,
+                                           parser_class=type(evidence))
+    p = command("seal", cmd_evidence_seal, "seal written facts into each tenant's chain now", evidence_sub)
+    p.add_argument("--tenant", help="only this tenant (default: every tenant)")
+    p = command("verify", cmd_evidence_verify,
+                f"recompute each tenant's chain and compare every chained row; exit {EXIT_BROKEN} "
+                "naming the first broken record (sequence, table, id, what differs)", evidence_sub)
+    p.add_argument("--tenant", help="only this tenant (default: every tenant)")
+    p.add_argument("--show", type=int, default=10, help="breaks listed after the first (default 10)")
