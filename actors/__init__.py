@@ -16,5 +16,6 @@ from actors import prepare as prepare
 from actors import relay as relay
 from actors import scan as scan
 from actors import sweep as sweep
+from actors import webhooks as webhooks
 
-__all__ = ["broker", "digest", "email", "prepare", "relay", "scan", "sweep"]
+__all__ = ["broker", "digest", "email", "prepare", "relay", "scan", "sweep", "webhooks"]

@@ -123,6 +123,12 @@ class Settings:
     # failed in the relay's own worker, so a poison product costs one failure per pause.
     prepare_inline_pause_seconds: float = 60.0
     password_hash_cost: PasswordHashCost = PasswordHashCost.STANDARD
+    # Outbound webhooks (actors/webhooks.py): whether an endpoint may resolve to a loopback,
+    # private or link-local address (the SSRF guard refuses them unless set), seconds one
+    # call may take in all, and the first retry's ceiling in seconds (each next one triples).
+    webhook_allow_private: bool = False
+    webhook_timeout_seconds: float = 10.0
+    webhook_retry_base_seconds: float = 10.0
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -347,4 +353,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prepare_backoff_max_seconds=backoff[1],
         prepare_inline_pause_seconds=env_float(env, "PREPARE_INLINE_PAUSE_SECONDS", 60.0),
         password_hash_cost=_password_hash_cost(env),
+        webhook_allow_private=env.get("WEBHOOK_ALLOW_PRIVATE", "").strip().lower()
+        in ("1", "true", "yes", "on"),
+        webhook_timeout_seconds=env_float(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0),
+        webhook_retry_base_seconds=env_float(env, "WEBHOOK_RETRY_BASE_SECONDS", 10.0),
     )
