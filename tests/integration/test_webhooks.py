@@ -19,6 +19,7 @@ from db.delivery.webhook_deliveries import (
 )
 from db.delivery.webhook_endpoints import Endpoint, create_endpoint, get_endpoint, rotate_secret
 from db.notices.scan import run_scan
+from db.platform.effects import SendWebhooks
 from db.platform.tenancy import Tenant, tenant_tx
 from tests.integration.builders import add_admin, add_client, scalar
 from tests.integration.conftest import RunningWorker, use_settings, wait_until
@@ -27,7 +28,10 @@ from tests.support.webhook_receiver import WebhookReceiver
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 
 
-def _endpoint(tenant: Tenant, url: str, kinds: tuple[str, ...] = ("notice.created", "webhook.test")) -> Endpoint:
+BOTH = ("notice.created", "webhook.test")
+
+
+def _endpoint(tenant: Tenant, url: str, kinds: tuple[str, ...] = BOTH) -> Endpoint:
     with tenant_tx(tenant.slug) as tx:
         return create_endpoint(tx, url, kinds, description="tests", allow_private=True)
 
@@ -103,8 +107,8 @@ def test_a_410_disables_the_endpoint_cancels_what_waits_and_tells_each_admin_onc
     with tenant_tx(tenant.slug) as tx:
         gone = get_endpoint(tx, endpoint.id)
     assert not gone.enabled and gone.disabled_reason == "the endpoint answered 410 Gone"
-    notices = scalar(tenant, "SELECT array_agg(recipient_user_id ORDER BY recipient_user_id) FROM notifications "
-                             "WHERE category = 'webhook_disabled'")
+    notices = scalar(tenant, "SELECT array_agg(recipient_user_id ORDER BY recipient_user_id) "
+                             "FROM notifications WHERE category = 'webhook_disabled'")
     assert notices == sorted(a.id for a in admins)
     assert _outcomes(tenant, first) == ["failed"]
 
@@ -120,7 +124,8 @@ def test_with_private_addresses_not_allowed_the_guard_refuses_before_any_connect
         assert receiver.calls() == []  # (its retry waits a minute: the test ends before it)
     error = str(scalar(tenant, "SELECT error FROM webhook_attempts WHERE delivery_id = %s", delivery_id))
     assert "127.0.0.1, a loopback address: refused" in error
-    assert scalar(tenant, "SELECT called_at FROM webhook_attempts WHERE delivery_id = %s", delivery_id) is None
+    called = scalar(tenant, "SELECT called_at FROM webhook_attempts WHERE delivery_id = %s", delivery_id)
+    assert called is None
     assert _status(tenant, delivery_id) == "pending"  # retried later, in case the name moves
 
 
@@ -155,7 +160,8 @@ def test_during_a_rotation_every_call_verifies_with_either_the_old_or_the_new_se
         old_only.secrets.append(endpoint.secret)
         with tenant_tx(tenant.slug) as tx:
             rotated = rotate_secret(tx, endpoint.id)
-            tx.conn.execute("UPDATE webhook_endpoints SET url = %s WHERE id = %s", [new_only.url, endpoint.id])
+            tx.conn.execute("UPDATE webhook_endpoints SET url = %s WHERE id = %s",
+                            [new_only.url, endpoint.id])
         new_only.secrets.append(rotated.secret)
         assert rotated.secret != endpoint.secret and rotated.previous_secret == endpoint.secret
         delivery_id = _test_event(tenant, endpoint)
@@ -175,7 +181,7 @@ def test_a_call_whose_answer_was_lost_is_repeated_with_the_same_webhook_id_after
         receiver.secrets.append(endpoint.secret)
         with tenant_tx(tenant.slug) as tx:
             delivery_id = queue_test_event(tx, endpoint.id, "a test")
-            tx.take(__import__("db.platform.effects", fromlist=["SendWebhooks"]).SendWebhooks)
+            tx.take(SendWebhooks)  # no wake-up: this "worker" claims it itself
         # A worker claims it, marks the call and dies before any answer is recorded.
         [claim] = claim_webhooks(tenant.slug, [delivery_id], lease_seconds=0.3)
         assert mark_called(tenant.slug, claim)
