@@ -18,6 +18,7 @@ import dramatiq
 
 from db.delivery.recovery import LeaseReport, ReconcileReport
 from db.delivery.sweep import run_sweep
+from db.delivery.webhook_deliveries import sweep_webhooks
 from db.platform.runs import fan_out_order
 from domain.liveness import RunKind
 from tocsin.core import runtime
@@ -36,6 +37,10 @@ log = logging.getLogger("tocsin.sweep")
 def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
     with SWEEP_SECONDS.time():
         r = run_sweep(slug, messages_lost=messages_lost)
+        hooks = sweep_webhooks(slug, everything_due=messages_lost)
+    if hooks.retried or hooks.failed or hooks.enqueued:
+        log.info("swept webhooks tenant=%s retried=%d failed=%d enqueued=%d", slug, hooks.retried,
+                 hooks.failed, hooks.enqueued)
     if r.leases != LeaseReport(0, 0, 0) or r.reconciled != ReconcileReport(0, 0, 0) or r.repaired \
             or r.enqueued or r.alerts_raised:
         log.info("swept tenant=%s retried=%d unknown=%d failed=%d confirmed=%d resent=%d held=%d "

@@ -50,6 +50,7 @@ from portal.routes import (
     rules,
     tenant_settings,
     unsubscribe,
+    webhooks,
 )
 from portal.sessions import STORE, SessionStore, session_config
 from portal.settings import PortalSettings, load_portal_settings
@@ -152,7 +153,7 @@ def create_app(
             evidence.send_again, evidence.mark_delivered, *tenant_settings.ROUTES,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
-            *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES,
+            *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *webhooks.ROUTES,
             *audit.ROUTES, *client_admin.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},

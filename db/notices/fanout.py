@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from db.delivery.webhook_deliveries import queue_notice_webhooks
 from db.people.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.platform.effects import AnnounceInbox
 from db.platform.tenancy import TenantTx
@@ -92,6 +93,8 @@ WITH {recipients_ctes}, resolved AS (
 SELECT 'inbox', recipient_user_id FROM notified WHERE archived_at IS NULL
 UNION ALL
 SELECT 'email', id FROM delivered WHERE status = 'pending'
+UNION ALL
+SELECT DISTINCT 'claim', ledger_id FROM notified
 """
 
 
@@ -118,6 +121,8 @@ def write_notices(
     users = {int(str(r[1])) for r in rows if r[0] == "inbox"}
     if users:
         tx.after_commit(AnnounceInbox(users))
+    # The tenant's own systems hear of each claim whose notices were just written (webhooks).
+    queue_notice_webhooks(tx, sorted({int(str(r[1])) for r in rows if r[0] == "claim"}))
     return NoticesWritten(users, sorted(int(str(r[1])) for r in rows if r[0] == "email"))
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "PrepareClaims",
     "PublishAlerts",
     "SendEmails",
+    "SendWebhooks",
     "WakeRelay",
     "carry_out",
     "handle",
@@ -93,6 +94,16 @@ class PublishAlerts(Collected):
 
     def absorb(self, other: PublishAlerts) -> None:
         pass
+
+
+@dataclass
+class SendWebhooks(Collected):
+    """Webhook deliveries due now, for the webhook workers (actors/webhooks.py)."""
+
+    delivery_ids: list[int] = field(default_factory=list)
+
+    def absorb(self, other: SendWebhooks) -> None:
+        self.delivery_ids.extend(other.delivery_ids)
 
 
 Effect = Collected | Callable[[], None]

@@ -25,6 +25,7 @@ MACHINE_OF_TABLE = {
     "notification_ledger": "CLAIM",
     "events": "EVENT",
     "clients": "LICENCE",
+    "webhook_deliveries": "WEBHOOK",
 }
 
 _MARK = re.compile(r"\x00(\d+)\x00")

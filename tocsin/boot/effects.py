@@ -8,7 +8,16 @@ from __future__ import annotations
 from actors.email import send_deliveries
 from actors.prepare import send_claims
 from actors.relay import wake
-from db.platform.effects import AnnounceInbox, PrepareClaims, PublishAlerts, SendEmails, WakeRelay, handle
+from actors.webhooks import send_webhooks
+from db.platform.effects import (
+    AnnounceInbox,
+    PrepareClaims,
+    PublishAlerts,
+    SendEmails,
+    SendWebhooks,
+    WakeRelay,
+    handle,
+)
 from tocsin.core.settings import Settings
 from tocsin.messaging.inbox_events import announce
 from tocsin.monitoring.ops_alerts import publish_alerts
@@ -21,6 +30,7 @@ def install_effects(settings: Settings) -> None:
     handle(AnnounceInbox, lambda slug, effect: announce(slug, effect.user_ids))
     handle(PrepareClaims, lambda slug, effect: send_claims(slug, effect.claims))
     handle(PublishAlerts, lambda slug, effect: _discard(publish_alerts(slug)))
+    handle(SendWebhooks, lambda slug, effect: send_webhooks(slug, effect.delivery_ids))
     if settings.events_wakeup:
         handle(WakeRelay, lambda slug, effect: wake(slug))
     else:

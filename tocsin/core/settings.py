@@ -129,6 +129,12 @@ class Settings:
     evidence_verify_seconds: int = 60 * 60
     # A folder each signed checkpoint is also written to (a copy outside the database); unset: none.
     evidence_checkpoint_dir: Path | None = None
+    # Outbound webhooks (actors/webhooks.py): whether an endpoint may resolve to a loopback,
+    # private or link-local address (the SSRF guard refuses them unless set), seconds one
+    # call may take in all, and the first retry's ceiling in seconds (each next one triples).
+    webhook_allow_private: bool = False
+    webhook_timeout_seconds: float = 10.0
+    webhook_retry_base_seconds: float = 10.0
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -357,4 +363,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         evidence_verify_seconds=env_int(env, "EVIDENCE_VERIFY_SECONDS", 60 * 60),
         evidence_checkpoint_dir=Path(env["EVIDENCE_CHECKPOINT_DIR"]).resolve()
         if env.get("EVIDENCE_CHECKPOINT_DIR") else None,
+        webhook_allow_private=env.get("WEBHOOK_ALLOW_PRIVATE", "").strip().lower()
+        in ("1", "true", "yes", "on"),
+        webhook_timeout_seconds=env_float(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0),
+        webhook_retry_base_seconds=env_float(env, "WEBHOOK_RETRY_BASE_SECONDS", 10.0),
     )

@@ -199,6 +199,21 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "tenant (a copy outside the database); unset: none.",
         default="unset",
     ),
+    "WEBHOOK_ALLOW_PRIVATE": SettingDoc(
+        "`1`: webhook endpoints may be `http://` and resolve to loopback, private and "
+        "link-local addresses (your own network, the test suite). Unset, the SSRF guard "
+        "refuses them and every cloud metadata address, checked on the resolved address "
+        "before each call.",
+    ),
+    "WEBHOOK_TIMEOUT_SECONDS": SettingDoc(
+        "Seconds one webhook call may take (connect, send, answer); past it the outcome is "
+        "unknown and the call is repeated later with the same `webhook-id`.",
+    ),
+    "WEBHOOK_RETRY_BASE_SECONDS": SettingDoc(
+        "The ceiling of the first webhook retry's wait; each next ceiling is three times the "
+        "last (up to 2,187 times this), each wait drawn from its upper half. With 10, twelve "
+        "calls span about a day.",
+    ),
 }
 
 # Read by portal.settings.load_portal_settings: the web processes only.

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from db.platform.pool import connection
 from domain.delivery.states import DELIVERY
+from domain.delivery.webhooks import WEBHOOK
 from domain.events.states import EVENT
 from domain.notices.claims import CLAIM
 from domain.notices.licence import LICENCE
@@ -46,6 +47,7 @@ STATUS_MACHINES: dict[str, StateMachine] = {
     "notification_ledger": CLAIM,
     "events": EVENT,
     "clients": LICENCE,
+    "webhook_deliveries": WEBHOOK,
 }
 
 

@@ -1,0 +1,162 @@
+"""Webhooks, for the tenant's administrators: the endpoints of their own systems that Tocsin
+calls (signed per Standard Webhooks), each with its health and a delivery log; "send a test
+event", "redeliver", rotate the signing secret, disable and enable. The use cases are
+db/delivery/webhook_endpoints.py and db/delivery/webhook_deliveries.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from litestar import get, post
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, FromPath, QueryParameter
+from litestar.plugins.htmx import HTMXRequest
+from litestar.response import Redirect, Template
+from litestar.status_codes import HTTP_303_SEE_OTHER
+
+from db.delivery.inbox import unread_count
+from db.delivery.webhook_deliveries import delivery_log, queue_test_event, redeliver
+from db.delivery.webhook_endpoints import (
+    create_endpoint,
+    disable_endpoint,
+    enable_endpoint,
+    get_endpoint,
+    list_endpoints,
+    rotate_secret,
+)
+from db.platform.tenancy import tenant_tx
+from domain.delivery.webhooks import EVENT_KINDS, TEST_EVENT
+from domain.errors import Forbidden, InvalidInput
+from portal.auth import CurrentViewer, Viewer
+from portal.settings import app_settings
+from tocsin.core.clock import utcnow
+
+__all__ = [
+    "DONE",
+    "ROUTES",
+    "EndpointForm",
+    "add_endpoint",
+    "disable",
+    "enable",
+    "endpoint_page",
+    "redeliver_delivery",
+    "rotate",
+    "send_test",
+    "webhooks",
+]
+
+DONE = {
+    "created": "Endpoint added. Send it a test event to check that your receiver verifies the signature.",
+    "test": "Test event queued: it appears in the delivery log below within seconds.",
+    "rotated": "New secret made. The previous one keeps signing beside it for 24 hours: switch your "
+               "receiver over within that time.",
+    "disabled": "Endpoint disabled: nothing is sent to it, and what waited for it was cancelled.",
+    "enabled": "Endpoint enabled, with a clean health record.",
+    "redelivered": "Sent again, with the same webhook-id: a receiver that had it drops the repeat.",
+}
+KIND_LABELS = {"notice.created": "A notice is created (one per claim)",
+               TEST_EVENT: "Test events (from this page)"}
+
+Form = Body(media_type=RequestEncodingType.URL_ENCODED)
+
+
+def _admin(viewer: Viewer) -> Viewer:
+    if not viewer.is_admin:
+        raise Forbidden("only administrators manage webhooks")
+    return viewer
+
+
+@get("/webhooks", sync_to_thread=True)
+def webhooks(request: HTMXRequest, viewer: CurrentViewer,
+             done: Annotated[str | None, QueryParameter(max_length=20)] = None) -> Template:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        endpoints = list_endpoints(tx)
+        unread = unread_count(tx, viewer.user.id)
+    return Template("webhooks.html", context={
+        "viewer": viewer, "unread": unread, "section": "webhooks", "endpoints": endpoints,
+        "now": utcnow(), "notice": DONE.get(done or ""), "kinds": EVENT_KINDS, "kind_labels": KIND_LABELS,
+        "allow_http": app_settings(request).webhook_allow_private})
+
+
+@get("/webhooks/{endpoint_id:int}", sync_to_thread=True)
+def endpoint_page(viewer: CurrentViewer, endpoint_id: FromPath[int],
+                  done: Annotated[str | None, QueryParameter(max_length=20)] = None) -> Template:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        endpoint = get_endpoint(tx, endpoint_id)
+        log = delivery_log(tx, endpoint_id)
+        unread = unread_count(tx, viewer.user.id)
+    return Template("webhook_endpoint.html", context={
+        "viewer": viewer, "unread": unread, "section": "webhooks", "endpoint": endpoint,
+        "log": log, "now": utcnow(), "notice": DONE.get(done or ""), "kind_labels": KIND_LABELS})
+
+
+@dataclass
+class EndpointForm:
+    url: str = ""
+    description: str = ""
+    notice_created: str = ""  # a checkbox: "on" when ticked
+    webhook_test: str = ""
+
+
+@post("/webhooks/new", sync_to_thread=True)
+def add_endpoint(request: HTMXRequest, viewer: CurrentViewer,
+                 data: Annotated[EndpointForm, Form]) -> Redirect:
+    _admin(viewer)
+    if len(data.url) > 2000 or len(data.description) > 1000:
+        raise InvalidInput("the URL or the description is too long")
+    kinds = [k for k, ticked in (("notice.created", data.notice_created), (TEST_EVENT, data.webhook_test))
+             if ticked]
+    with tenant_tx(viewer.tenant.slug) as tx:
+        endpoint = create_endpoint(tx, data.url, kinds, description=data.description,
+                                   allow_private=app_settings(request).webhook_allow_private)
+    return Redirect(f"/webhooks/{endpoint.id}?done=created", status_code=HTTP_303_SEE_OTHER)
+
+
+@post("/webhooks/{endpoint_id:int}/test", sync_to_thread=True)
+def send_test(viewer: CurrentViewer, endpoint_id: FromPath[int]) -> Redirect:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        queue_test_event(tx, endpoint_id, viewer.user.email)
+    return Redirect(f"/webhooks/{endpoint_id}?done=test", status_code=HTTP_303_SEE_OTHER)
+
+
+@post("/webhooks/{endpoint_id:int}/rotate", sync_to_thread=True)
+def rotate(viewer: CurrentViewer, endpoint_id: FromPath[int]) -> Redirect:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        rotate_secret(tx, endpoint_id)
+    return Redirect(f"/webhooks/{endpoint_id}?done=rotated", status_code=HTTP_303_SEE_OTHER)
+
+
+@post("/webhooks/{endpoint_id:int}/disable", sync_to_thread=True)
+def disable(viewer: CurrentViewer, endpoint_id: FromPath[int]) -> Redirect:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        disable_endpoint(tx, endpoint_id, f"disabled by {viewer.user.email}")
+    return Redirect(f"/webhooks/{endpoint_id}?done=disabled", status_code=HTTP_303_SEE_OTHER)
+
+
+@post("/webhooks/{endpoint_id:int}/enable", sync_to_thread=True)
+def enable(viewer: CurrentViewer, endpoint_id: FromPath[int]) -> Redirect:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        enable_endpoint(tx, endpoint_id)
+    return Redirect(f"/webhooks/{endpoint_id}?done=enabled", status_code=HTTP_303_SEE_OTHER)
+
+
+@post("/webhooks/{endpoint_id:int}/deliveries/{delivery_id:int}/redeliver", sync_to_thread=True)
+def redeliver_delivery(viewer: CurrentViewer, endpoint_id: FromPath[int],
+                       delivery_id: FromPath[int]) -> Redirect:
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        get_endpoint(tx, endpoint_id)  # another tenant's or a wrong id: 404
+        if not any(e.delivery_id == delivery_id for e in delivery_log(tx, endpoint_id, limit=10_000)):
+            raise InvalidInput("that delivery is not one of this endpoint's")
+        redeliver(tx, delivery_id)
+    return Redirect(f"/webhooks/{endpoint_id}?done=redelivered", status_code=HTTP_303_SEE_OTHER)
+
+
+ROUTES = [webhooks, endpoint_page, add_endpoint, send_test, rotate, disable, enable, redeliver_delivery]

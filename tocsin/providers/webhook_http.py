@@ -1,0 +1,130 @@
+"""The webhook adapter: resolve the endpoint's host, let the SSRF guard judge every address
+(domain/delivery/webhooks.py) before any connection, then one signed POST (Standard
+Webhooks, with the `standardwebhooks` package) to the address the guard allowed, no
+redirect followed, the first kilobyte of the answer kept.
+
+The connection goes to the address that was checked, never to the name (which a second
+lookup could answer differently: DNS rebinding); the name still travels as the Host header
+and, over TLS, as the SNI name the certificate is verified against.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from functools import lru_cache
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from standardwebhooks.webhooks import Webhook
+
+from domain.delivery.states import ErrorClass
+from domain.delivery.webhooks import (
+    MAX_RESPONSE_BYTES,
+    CallAnswer,
+    DestinationRefused,
+    check_destination,
+    classify_webhook_answer,
+    clip_response,
+)
+
+__all__ = ["Resolver", "WebhookCall", "WebhookSender", "get_sender", "resolve", "signature_header"]
+
+USER_AGENT = "Tocsin-Webhooks/1"
+
+Resolver = Callable[[str, int], Sequence[str]]  # (host, port) -> every address it resolves to
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to (both families), as text."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise DestinationRefused(f"{host} does not resolve: {e.strerror}") from None
+    return [str(info[4][0]) for info in infos]
+
+
+def signature_header(secrets: Sequence[str], webhook_id: str, timestamp: datetime, body: str) -> str:
+    """The webhook-signature header: one `v1,<base64>` per secret, space-separated (during a
+    rotation the receiver accepts whichever secret it holds)."""
+    return " ".join(Webhook(secret).sign(webhook_id, timestamp, body) for secret in secrets)
+
+
+class WebhookCall:
+    """One request, prepared: the URL to the checked address, and its headers."""
+
+    def __init__(self, url: str, address: str, headers: dict[str, str], sni: str | None):
+        self.url, self.address, self.headers, self.sni = url, address, headers, sni
+
+
+class WebhookSender:
+    """Built once per process from the settings (get_sender), never at import time."""
+
+    def __init__(self, *, allow_private: bool, timeout_seconds: float,
+                 resolver: Resolver = resolve) -> None:
+        self.allow_private = allow_private
+        self.resolver = resolver
+        # No redirects (a 3xx could point the call where the guard would refuse), no
+        # environment proxies, one timeout per phase.
+        self.client = httpx.Client(follow_redirects=False, trust_env=False,
+                                   timeout=httpx.Timeout(timeout_seconds),
+                                   headers={"user-agent": USER_AGENT})
+
+    def prepare(self, url: str, webhook_id: str, timestamp: datetime, body: str,
+                secrets: Sequence[str]) -> WebhookCall:
+        """The call to make, after the guard allowed the address it will connect to;
+        DestinationRefused otherwise (no connection has been attempted)."""
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        address = check_destination(host, self.resolver(host, port), allow_private=self.allow_private)
+        literal = f"[{address}]" if ":" in address else address
+        pinned = urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, ""))
+        headers = {
+            "host": parts.netloc.rpartition("@")[2],
+            "content-type": "application/json",
+            "webhook-id": webhook_id,
+            "webhook-timestamp": str(int(timestamp.timestamp())),
+            "webhook-signature": signature_header(secrets, webhook_id, timestamp, body),
+        }
+        return WebhookCall(pinned, address, headers, host if parts.scheme == "https" else None)
+
+    def send(self, call: WebhookCall, body: str) -> CallAnswer:
+        """POST the body; the answer classed. Never raises for what the network does."""
+        started = time.monotonic()
+        extensions = {"sni_hostname": call.sni} if call.sni else {}
+
+        def elapsed() -> int:
+            return int((time.monotonic() - started) * 1000)
+
+        try:
+            with self.client.stream("POST", call.url, content=body.encode(), headers=call.headers,
+                                    extensions=extensions) as response:
+                kept = b""
+                for chunk in response.iter_bytes():
+                    kept += chunk
+                    if len(kept) >= MAX_RESPONSE_BYTES:
+                        break
+                error_class = classify_webhook_answer(response.status_code)
+                return CallAnswer(response.status_code, elapsed(), clip_response(kept),
+                                  None if error_class is None else f"HTTP {response.status_code}",
+                                  error_class)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
+            # Nothing reached the receiver: safe to retry.
+            return CallAnswer(None, elapsed(), None, f"{type(e).__name__}: {e}"[:500],
+                              ErrorClass.TRANSIENT, sent=False)
+        except httpx.HTTPError as e:
+            # The request may have arrived (a read timeout, a connection closed mid-answer):
+            # uncertain, and repeated with the same webhook-id, which the receiver drops.
+            return CallAnswer(None, elapsed(), None, f"{type(e).__name__}: {e}"[:500] or "no answer",
+                              ErrorClass.UNCERTAIN)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@lru_cache(maxsize=4)
+def get_sender(allow_private: bool, timeout_seconds: float) -> WebhookSender:
+    return WebhookSender(allow_private=allow_private, timeout_seconds=timeout_seconds)
