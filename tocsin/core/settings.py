@@ -123,6 +123,9 @@ class Settings:
     # failed in the relay's own worker, so a poison product costs one failure per pause.
     prepare_inline_pause_seconds: float = 60.0
     password_hash_cost: PasswordHashCost = PasswordHashCost.STANDARD
+    # Hours after which a tick visits a tenant whatever the next-work summary says (the
+    # full pass that checks the summary: db/platform/next_work.py).
+    full_scan_hours: float = 24.0
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -347,4 +350,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prepare_backoff_max_seconds=backoff[1],
         prepare_inline_pause_seconds=env_float(env, "PREPARE_INLINE_PAUSE_SECONDS", 60.0),
         password_hash_cost=_password_hash_cost(env),
+        full_scan_hours=env_float(env, "FULL_SCAN_HOURS", 24.0),
     )

@@ -90,6 +90,11 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "separate installations by vhost in `BROKER_URL` instead.",
     ),
     "SCAN_INTERVAL_SECONDS": SettingDoc("Seconds between two clock ticks (the scans)."),
+    "FULL_SCAN_HOURS": SettingDoc(
+        "Hours after which a tick scans a tenant even though the next-work summary says "
+        "nothing is due there (the full pass; work it finds is counted as "
+        "`tocsin_scan_summary_missed_total` and logged as a warning). Fractions allowed.",
+    ),
     "DELIVERY_LEASE_SECONDS": SettingDoc("Seconds a worker owns a delivery it is sending."),
     "TOCSIN_HOME": SettingDoc(
         "Where the embedded services keep their data.", field="home", default="`.tocsin`",
