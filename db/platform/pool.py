@@ -44,6 +44,9 @@ CONNECT_TIMEOUT = 10  # seconds to wait for PostgreSQL to accept a connection
 _lock = threading.Lock()
 _pool: ConnectionPool | None = None
 _configured: tuple[str, int] | None = None  # (database_url, max_size) handed in at start-up
+# Off behind a pooler that cannot keep a prepared statement from one transaction to the next
+# (PgBouncer before 1.21 in transaction mode: DATABASE_PREPARED_STATEMENTS=0).
+_prepare = True
 
 
 _decode = msgspec.json.Decoder()
@@ -99,7 +102,7 @@ class ScopedCursor(psycopg.Cursor[Any]):
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.cursor_factory = ScopedCursor
-    conn.prepare_threshold = PREPARE_AFTER
+    conn.prepare_threshold = PREPARE_AFTER if _prepare else None
     conn.prepared_max = PREPARED_PER_CONNECTION
 
 
@@ -117,13 +120,15 @@ def check_connection(conn: psycopg.Connection[tuple[object, ...]]) -> None:
         ConnectionPool.check_connection(conn)
 
 
-def configure_pool(database_url: str, *, max_size: int = 10) -> None:
+def configure_pool(database_url: str, *, max_size: int = 10, prepared: bool = True) -> None:
     """Where the pool connects, from the settings read at process start. The pool opens on
-    first use; a different database closes the pool opened for the previous one."""
-    global _configured, _pool
+    first use; a different database closes the pool opened for the previous one.
+    ``prepared``: whether its connections prepare statements (PREPARE_AFTER)."""
+    global _configured, _pool, _prepare
     with _lock:
-        if _configured == (database_url, max_size):
+        if _configured == (database_url, max_size) and _prepare == prepared:
             return
+        _prepare = prepared
         _configured = (database_url, max_size)
         if _pool is not None:
             _pool.close()

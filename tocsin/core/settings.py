@@ -126,6 +126,11 @@ class Settings:
     # Hours after which a tick visits a tenant whatever the next-work summary says (the
     # full pass that checks the summary: db/platform/next_work.py).
     full_scan_hours: float = 24.0
+    # Where the clock LISTENs for hosts' commits: a session of its own, which a pooler in
+    # transaction mode (PgBouncer) cannot give. None: DATABASE_URL.
+    database_listen_url: str | None = field(default=None, repr=False)
+    # Whether pooled connections prepare their statements; off behind PgBouncer < 1.21.
+    database_prepared_statements: bool = True
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -351,4 +356,24 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prepare_inline_pause_seconds=env_float(env, "PREPARE_INLINE_PAUSE_SECONDS", 60.0),
         password_hash_cost=_password_hash_cost(env),
         full_scan_hours=env_float(env, "FULL_SCAN_HOURS", 24.0),
+        database_listen_url=_database_listen_url(env),
+        database_prepared_statements=_on_off(env, "DATABASE_PREPARED_STATEMENTS", True),
     )
+
+
+def _database_listen_url(env: Mapping[str, str]) -> str | None:
+    url = env.get("DATABASE_LISTEN_URL") or None
+    if url is not None and not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("DATABASE_LISTEN_URL must be a postgresql:// URL")
+    return url
+
+
+def _on_off(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 1 or 0 (on or off), got {raw!r}")

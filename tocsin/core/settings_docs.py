@@ -90,6 +90,17 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "separate installations by vhost in `BROKER_URL` instead.",
     ),
     "SCAN_INTERVAL_SECONDS": SettingDoc("Seconds between two clock ticks (the scans)."),
+    "DATABASE_LISTEN_URL": SettingDoc(
+        "A direct connection to PostgreSQL for what needs a session of its own: the clock's "
+        "`LISTEN` for hosts' commits (`EVENTS_WAKEUP`). Set it when `DATABASE_URL` goes "
+        "through PgBouncer in transaction mode, which cannot keep a `LISTEN`; unset: "
+        "`DATABASE_URL`.",
+    ),
+    "DATABASE_PREPARED_STATEMENTS": SettingDoc(
+        "1 (default) or 0: whether pooled connections prepare their statements. 0 behind "
+        "PgBouncer in transaction mode older than 1.21 (Debian 12 has 1.18), which cannot "
+        "keep a prepared statement from one transaction to the next.",
+    ),
     "FULL_SCAN_HOURS": SettingDoc(
         "Hours after which a tick scans a tenant even though the next-work summary says "
         "nothing is due there (the full pass; work it finds is counted as "
