@@ -131,6 +131,9 @@ class Settings:
     database_listen_url: str | None = field(default=None, repr=False)
     # Whether pooled connections prepare their statements; off behind PgBouncer < 1.21.
     database_prepared_statements: bool = True
+    # Tenant schemas a pooled connection works in before it is retired, bounding the memory
+    # its backend keeps per schema (db/platform/pool.py SCHEMAS_PER_CONNECTION); 0: never.
+    db_connection_max_schemas: int = 500
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -358,6 +361,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         full_scan_hours=env_float(env, "FULL_SCAN_HOURS", 24.0),
         database_listen_url=_database_listen_url(env),
         database_prepared_statements=_on_off(env, "DATABASE_PREPARED_STATEMENTS", True),
+        db_connection_max_schemas=env_int(env, "DB_CONNECTION_MAX_SCHEMAS", 500, minimum=0),
     )
 
 

@@ -101,6 +101,12 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "PgBouncer in transaction mode older than 1.21 (Debian 12 has 1.18), which cannot "
         "keep a prepared statement from one transaction to the next.",
     ),
+    "DB_CONNECTION_MAX_SCHEMAS": SettingDoc(
+        "Tenant schemas a pooled connection may work in before it is closed and replaced "
+        "when it goes back to the pool: a PostgreSQL backend keeps the catalog entries (and "
+        "prepared plans) of every schema it touched, 120-380 kB a tenant, so this bounds each "
+        "backend's memory at many tenants. 0: never retired.",
+    ),
     "FULL_SCAN_HOURS": SettingDoc(
         "Hours after which a tick scans a tenant even though the next-work summary says "
         "nothing is due there (the full pass; work it finds is counted as "
