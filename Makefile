@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 CONSTRAINTS := constraints.txt
 LOCK_VENV := .venv-lock
 
-.PHONY: run test test-rabbitmq lint chromium fuzz docs settings-doc bench bench-portal bench-deliver bench-tenants bench-rules bench-events bench-obligations lock clean
+.PHONY: run test test-rabbitmq test-pgbouncer pgbouncer lint chromium fuzz docs settings-doc bench bench-portal bench-deliver bench-tenants bench-rules bench-events bench-obligations lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -74,6 +74,22 @@ fuzz: $(STAMP)
 RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 test-rabbitmq: $(STAMP)
 	BROKER_URL='$(RABBITMQ_URL)' $(BIN)/pytest tests/integration tests/system
+
+# The integration and system tiers with every pool going through PgBouncer in transaction
+# pooling mode (Debian's pgbouncer, installed when missing as root; tests/support/pgbouncer.py
+# starts one per test process on a free port). LISTEN keeps a direct connection
+# (DATABASE_LISTEN_URL).
+test-pgbouncer: $(STAMP) pgbouncer
+	TEST_PGBOUNCER=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 tests/integration tests/system
+
+pgbouncer:
+	@test -x /usr/sbin/pgbouncer || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing Debian's pgbouncer for make test-pgbouncer ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; \
+	  else \
+	    echo "make test-pgbouncer needs PgBouncer: sudo apt-get install pgbouncer"; exit 1; \
+	  fi; }
 
 # The documentation site (docs/, mkdocs.yml) built strictly into site/: a broken link, a
 # page missing from the navigation or a missing anchor fails it. `make test` builds it too

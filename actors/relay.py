@@ -182,7 +182,9 @@ def wake_for_host_commits(stop: threading.Event) -> None:
     transaction has committed). Run by the clock, one listener per clock; two clocks only
     send a wake-up twice, which the wake-up flag folds into one message."""
     settings = runtime.settings()
-    ready_tenants(settings.database_url, wake, stop, retry_seconds=settings.events_listen_retry_seconds,
+    # A session of its own: DATABASE_LISTEN_URL when DATABASE_URL goes through PgBouncer.
+    ready_tenants(settings.database_listen_url or settings.database_url, wake, stop,
+                  retry_seconds=settings.events_listen_retry_seconds,
                   on_listening=lambda: log.info("listening for events committed by hosts"))
 
 

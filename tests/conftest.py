@@ -31,12 +31,14 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 if TYPE_CHECKING:
+    from tests.support.pgbouncer import RunningPgBouncer
     from tocsin.shell.services import EmbeddedServices
 
 ROOT = Path(__file__).resolve().parent.parent
 _services: EmbeddedServices | None = None
 _rabbitmq_vhost: tuple[str, str] | None = None  # (the given BROKER_URL, this run's vhost)
 _worker_database_url: tuple[str, str] | None = None  # (the server's URL, this xdist worker's database)
+_pgbouncer: RunningPgBouncer | None = None  # `make test-pgbouncer`: this process's PgBouncer
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -124,6 +126,15 @@ def _start_services(worker: str | None) -> None:
         _worker_database_url = (os.environ["DATABASE_URL"],
                                 _worker_database(os.environ["DATABASE_URL"], worker))
         os.environ["DATABASE_URL"] = _worker_database_url[1]
+    if os.environ.get("TEST_PGBOUNCER"):  # `make test-pgbouncer`: the pools go through it
+        from tests.support.pgbouncer import start_pgbouncer
+
+        global _pgbouncer
+        direct = os.environ["DATABASE_URL"]
+        _pgbouncer = start_pgbouncer(direct, home / "pgbouncer")
+        os.environ["DATABASE_URL"] = _pgbouncer.url
+        os.environ["DATABASE_LISTEN_URL"] = direct  # LISTEN needs a session of its own
+        os.environ["DATABASE_PREPARED_STATEMENTS"] = "0"  # PgBouncer 1.18 cannot keep them
     # Cheap password hashes (a standard one costs a third of a second of a core here); the
     # settings refuse the low cost without the marker.
     os.environ["TOCSIN_TESTING"] = "1"
@@ -182,6 +193,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         from db.platform.pool import close_pool
 
         close_pool()
+        if _pgbouncer is not None:
+            _pgbouncer.stop()
         if _worker_database_url is not None:
             _drop_database(*_worker_database_url)
         _services.stop()

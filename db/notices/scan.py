@@ -6,12 +6,14 @@ transaction; the emails go out once it has committed (SendEmails effects)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from db.delivery.deliveries import schedule_due_deliveries
 from db.notices.fanout import prepare_claims
 from db.notices.licence_scan import ClaimCounts, claim_due_milestones
+from db.notices.scan_horizon import next_scan_instant
+from db.platform.next_work import begin_scan_visit, mute_own_notes, record_next_scan
 from db.platform.runs import record_completed
 from db.platform.tenancy import TenantTx, tenant_tx
 from db.rules.time_rules import TimeClaimCounts, claim_time_rules
@@ -29,6 +31,16 @@ class ScanReport:
     time: TimeClaimCounts  # the tenant's time rules (obligations, turnarounds)
     prepared: int  # claims turned into inbox rows and deliveries
     enqueued: int  # email messages enqueued after commit
+    # The next-work summary (db/platform/next_work.py) said nothing was due here at this
+    # instant, and the scan found work: what the summary missed (goal: never).
+    summary_missed: bool = False
+
+    @property
+    def found_work(self) -> bool:
+        """Claims made or recorded skipped, licences moved, waiting claims cancelled."""
+        c, t = self.counts, self.time
+        return bool(c.claimed or c.skipped or c.expired or c.closed
+                    or t.claimed or t.skipped or t.cancelled)
 
 
 def run_scan(slug: str, as_of: datetime) -> ScanReport:
@@ -41,8 +53,13 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
 
     The time rules' claims are prepared by the rules' own path once this transaction has
     committed (their product's preparation queue; the sweeper's unprepared_rule_claims if
-    that message is lost)."""
+    that message is lost).
+
+    The tenant's next instant is recorded in the next-work summary once this has committed
+    (db/platform/next_work.py: a change committed meanwhile keeps the tenant due)."""
+    visit = begin_scan_visit(slug, as_of)
     with tenant_tx(slug) as tx:
+        mute_own_notes(tx)  # this scan's writes are in the instant it computes
         counts = claim_due_milestones(tx, as_of)
         time_counts = _time_rules_apart(tx, as_of)
         prepared = prepare_claims(tx, as_of)
@@ -50,7 +67,14 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
         # For `tocsin status` and the next tick's order; in the scan's own transaction, so
         # that a scan costs one transaction (one tenant lookup, one commit), not two.
         record_completed(tx, RunKind.SCAN)
-    return ScanReport(slug, counts, time_counts, prepared, len(to_send))
+        next_at = next_scan_instant(tx, as_of)
+    report = ScanReport(slug, counts, time_counts, prepared, len(to_send))
+    if visit is None:
+        return report
+    record_next_scan(visit, next_at)
+    if visit.summary_said_idle and report.found_work:
+        return replace(report, summary_missed=True)
+    return report
 
 
 def _time_rules_apart(tx: TenantTx, as_of: datetime) -> TimeClaimCounts:

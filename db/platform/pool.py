@@ -25,6 +25,7 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "PREPARED_PER_CONNECTION",
     "PREPARE_AFTER",
+    "SCHEMAS_PER_CONNECTION",
     "ScopedCursor",
     "T",
     "check_connection",
@@ -35,6 +36,7 @@ __all__ = [
     "json_loads",
     "open_pool",
     "retrying",
+    "schemas_touched",
     "set_statement_scope",
 ]
 
@@ -44,6 +46,9 @@ CONNECT_TIMEOUT = 10  # seconds to wait for PostgreSQL to accept a connection
 _lock = threading.Lock()
 _pool: ConnectionPool | None = None
 _configured: tuple[str, int] | None = None  # (database_url, max_size) handed in at start-up
+# Off behind a pooler that cannot keep a prepared statement from one transaction to the next
+# (PgBouncer before 1.21 in transaction mode: DATABASE_PREPARED_STATEMENTS=0).
+_prepare = True
 
 
 _decode = msgspec.json.Decoder()
@@ -74,6 +79,16 @@ PREPARED_PER_CONNECTION = 2000
 PREPARE_AFTER = 1  # executions of a text before it is prepared (psycopg's default is 5)
 _scopes: weakref.WeakKeyDictionary[psycopg.Connection[Any], bytes] = weakref.WeakKeyDictionary()
 
+# Backend memory bound (issue 30): a backend keeps the catalog entries of every relation it
+# has touched, and the plans of its prepared statements, per schema (120-380 kB a tenant,
+# docs/benchmarks/tenants.md), for as long as it lives: a pooled connection that reached
+# every one of 10,000 tenants would hold gigabytes. A connection that has worked in this many
+# tenant schemas is retired when it goes back to the pool (a new one replaces it), so no
+# backend holds more than about this many schemas' worth. 0: never retired.
+SCHEMAS_PER_CONNECTION = 500
+_schemas_per_connection = SCHEMAS_PER_CONNECTION
+_touched: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[str]] = weakref.WeakKeyDictionary()
+
 
 def set_statement_scope(conn: psycopg.Connection[Any], schema: str | None) -> None:
     """Tag the statements ``conn`` runs from now on with ``schema`` (None: untagged). Set by
@@ -83,6 +98,12 @@ def set_statement_scope(conn: psycopg.Connection[Any], schema: str | None) -> No
         _scopes.pop(conn, None)
     else:
         _scopes[conn] = f"\n/*{schema}*/".encode()
+        _touched.setdefault(conn, set()).add(schema)
+
+
+def schemas_touched(conn: psycopg.Connection[Any]) -> int:
+    """How many tenant schemas ``conn`` has worked in since it was opened."""
+    return len(_touched.get(conn, ()))
 
 
 class ScopedCursor(psycopg.Cursor[Any]):
@@ -99,7 +120,7 @@ class ScopedCursor(psycopg.Cursor[Any]):
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.cursor_factory = ScopedCursor
-    conn.prepare_threshold = PREPARE_AFTER
+    conn.prepare_threshold = PREPARE_AFTER if _prepare else None
     conn.prepared_max = PREPARED_PER_CONNECTION
 
 
@@ -117,13 +138,18 @@ def check_connection(conn: psycopg.Connection[tuple[object, ...]]) -> None:
         ConnectionPool.check_connection(conn)
 
 
-def configure_pool(database_url: str, *, max_size: int = 10) -> None:
+def configure_pool(database_url: str, *, max_size: int = 10, prepared: bool = True,
+                   schemas_per_connection: int = SCHEMAS_PER_CONNECTION) -> None:
     """Where the pool connects, from the settings read at process start. The pool opens on
-    first use; a different database closes the pool opened for the previous one."""
-    global _configured, _pool
+    first use; a different database closes the pool opened for the previous one.
+    ``prepared``: whether its connections prepare statements (PREPARE_AFTER);
+    ``schemas_per_connection``: tenant schemas after which a connection is retired (0: never)."""
+    global _configured, _pool, _prepare, _schemas_per_connection
+    _schemas_per_connection = schemas_per_connection
     with _lock:
-        if _configured == (database_url, max_size):
+        if _configured == (database_url, max_size) and _prepare == prepared:
             return
+        _prepare = prepared
         _configured = (database_url, max_size)
         if _pool is not None:
             _pool.close()
@@ -219,4 +245,18 @@ def retrying(write: Callable[[], T], attempts: int = 3, patience: float = 0.0) -
 @contextmanager
 def connection() -> Iterator[psycopg.Connection[tuple[object, ...]]]:
     with get_pool().connection() as conn:
-        yield conn
+        try:
+            yield conn
+        finally:
+            if 0 < _schemas_per_connection <= schemas_touched(conn):
+                _retire(conn)
+
+
+def _retire(conn: psycopg.Connection[Any]) -> None:
+    """Make the pool close ``conn`` when it comes back, and open another in its place: marked
+    as past its lifetime (psycopg_pool's own max_lifetime path, logged at info level), so that
+    no transaction is cut short and the pool stays at its size."""
+    if hasattr(conn, "_expire_at"):
+        conn._expire_at = 0.0
+    else:  # another psycopg_pool: closing it has the same effect, with a warning in its log
+        conn.close()

@@ -101,3 +101,56 @@ def test_an_interrupted_migrate_keeps_whole_schemas_and_a_rerun_finishes_the_res
 
     again = subprocess.run([tocsin, "migrate"], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "up to date" in again.stdout, (again.stdout, again.stderr)
+
+
+PARALLEL_SCHEMAS = 24
+FAILING_AT = 10  # this schema (creation order) cannot be migrated until its blocker goes
+
+
+@pytest.fixture
+def few_unmigrated() -> Iterator[list[str]]:
+    prefix = f"par{uuid.uuid4().hex[:6]}-"
+    with connection() as conn:
+        schemas = add_unmigrated_tenants(conn, prefix, PARALLEL_SCHEMAS)
+    yield schemas
+    with connection() as conn:
+        remove_tenants_like(conn, prefix)
+
+
+def test_a_parallel_migrate_stops_at_a_failing_tenant_naming_it_and_leaves_every_other_whole_or_untouched(
+        few_unmigrated: list[str]) -> None:
+    tocsin = os.path.join(os.path.dirname(sys.executable), "tocsin")
+    failing = few_unmigrated[FAILING_AT - 1]
+    # A committed table of the same name: the first migration's CREATE TABLE clients fails.
+    with connection() as conn:
+        conn.execute(sql.SQL("CREATE TABLE {}.clients (id int)").format(sql.Identifier(failing)))
+    run = subprocess.run([tocsin, "migrate", "--jobs", "3"], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 4, (run.stdout, run.stderr)
+    slug = failing.removeprefix("t_").replace("_", "-")
+    assert f"migrating tenant {slug} (schema {failing}) failed" in run.stderr, run.stderr
+    assert "every other schema is untouched" in run.stderr, run.stderr
+    recorded = versions_recorded(few_unmigrated)
+    assert failing not in recorded and tables_in(failing) == 1  # only the blocker
+    for schema in few_unmigrated:
+        if schema != failing:
+            assert recorded.get(schema, 0) in (0, len(TENANT)), schema
+            assert (tables_in(schema) > 0) == (schema in recorded), schema
+    # No schema queued after the failure was started: at most the ones under way beside it.
+    assert len(recorded) < PARALLEL_SCHEMAS - 1
+
+    with connection() as conn:
+        conn.execute(sql.SQL("DROP TABLE {}.clients").format(sql.Identifier(failing)))
+    rerun = subprocess.run([tocsin, "migrate", "--jobs", "3"], capture_output=True, text=True,
+                           timeout=600)
+    assert rerun.returncode == 0, (rerun.stdout, rerun.stderr)
+    assert f"migrated {PARALLEL_SCHEMAS - len(recorded):,} tenant schema(s)" in rerun.stdout
+    assert versions_recorded(few_unmigrated) == {s: len(TENANT) for s in few_unmigrated}
+
+
+def test_migrate_refuses_a_number_of_jobs_that_is_not_a_positive_whole_number() -> None:
+    tocsin = os.path.join(os.path.dirname(sys.executable), "tocsin")
+    for bad in ("0", "many"):
+        run = subprocess.run([tocsin, "migrate", "--jobs", bad], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 2 and "--jobs" in run.stderr, (bad, run.stderr)

@@ -114,3 +114,16 @@ def test_the_ses_read_timeout_defaults_to_20_seconds_and_reaches_the_client() ->
     assert aws_client(patient, "sesv2").meta.config.read_timeout == 300.0
     with pytest.raises(ConfigError, match="SES_READ_TIMEOUT_SECONDS must be greater than 0"):
         load_settings({**BASE, "SES_READ_TIMEOUT_SECONDS": "0"})
+
+
+def test_the_pgbouncer_settings_default_to_the_direct_path_and_refuse_bad_values() -> None:
+    settings = load_settings(BASE)
+    assert settings.database_listen_url is None and settings.database_prepared_statements
+    through = load_settings({**BASE, "DATABASE_LISTEN_URL": "postgresql://db:5432/tocsin",
+                             "DATABASE_PREPARED_STATEMENTS": "0", "FULL_SCAN_HOURS": "6"})
+    assert through.database_listen_url == "postgresql://db:5432/tocsin"
+    assert not through.database_prepared_statements and through.full_scan_hours == 6.0
+    for name, bad in (("DATABASE_LISTEN_URL", "db:5432"), ("DATABASE_PREPARED_STATEMENTS", "maybe"),
+                      ("FULL_SCAN_HOURS", "0")):
+        with pytest.raises(ConfigError, match=name):
+            load_settings({**BASE, name: bad})

@@ -23,7 +23,9 @@ def start(settings: Settings) -> Settings:
     """Make ``settings`` the process's settings and configure its pool from them (opened on
     first use). Calling it again replaces both (a test pointing the process elsewhere)."""
     runtime.use(settings)
-    configure_pool(settings.database_url, max_size=settings.db_pool_max)
+    configure_pool(settings.database_url, max_size=settings.db_pool_max,
+                   prepared=settings.database_prepared_statements,
+                   schemas_per_connection=settings.db_connection_max_schemas)
     return settings
 
 

@@ -135,6 +135,17 @@ class Settings:
     webhook_allow_private: bool = False
     webhook_timeout_seconds: float = 10.0
     webhook_retry_base_seconds: float = 10.0
+    # Hours after which a tick visits a tenant whatever the next-work summary says (the
+    # full pass that checks the summary: db/platform/next_work.py).
+    full_scan_hours: float = 24.0
+    # Where the clock LISTENs for hosts' commits: a session of its own, which a pooler in
+    # transaction mode (PgBouncer) cannot give. None: DATABASE_URL.
+    database_listen_url: str | None = field(default=None, repr=False)
+    # Whether pooled connections prepare their statements; off behind PgBouncer < 1.21.
+    database_prepared_statements: bool = True
+    # Tenant schemas a pooled connection works in before it is retired, bounding the memory
+    # its backend keeps per schema (db/platform/pool.py SCHEMAS_PER_CONNECTION); 0: never.
+    db_connection_max_schemas: int = 500
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -367,4 +378,26 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         in ("1", "true", "yes", "on"),
         webhook_timeout_seconds=env_float(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0),
         webhook_retry_base_seconds=env_float(env, "WEBHOOK_RETRY_BASE_SECONDS", 10.0),
+        full_scan_hours=env_float(env, "FULL_SCAN_HOURS", 24.0),
+        database_listen_url=_database_listen_url(env),
+        database_prepared_statements=_on_off(env, "DATABASE_PREPARED_STATEMENTS", True),
+        db_connection_max_schemas=env_int(env, "DB_CONNECTION_MAX_SCHEMAS", 500, minimum=0),
     )
+
+
+def _database_listen_url(env: Mapping[str, str]) -> str | None:
+    url = env.get("DATABASE_LISTEN_URL") or None
+    if url is not None and not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("DATABASE_LISTEN_URL must be a postgresql:// URL")
+    return url
+
+
+def _on_off(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 1 or 0 (on or off), got {raw!r}")

@@ -90,6 +90,28 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "separate installations by vhost in `BROKER_URL` instead.",
     ),
     "SCAN_INTERVAL_SECONDS": SettingDoc("Seconds between two clock ticks (the scans)."),
+    "DATABASE_LISTEN_URL": SettingDoc(
+        "A direct connection to PostgreSQL for what needs a session of its own: the clock's "
+        "`LISTEN` for hosts' commits (`EVENTS_WAKEUP`). Set it when `DATABASE_URL` goes "
+        "through PgBouncer in transaction mode, which cannot keep a `LISTEN`; unset: "
+        "`DATABASE_URL`.",
+    ),
+    "DATABASE_PREPARED_STATEMENTS": SettingDoc(
+        "1 (default) or 0: whether pooled connections prepare their statements. 0 behind "
+        "PgBouncer in transaction mode older than 1.21 (Debian 12 has 1.18), which cannot "
+        "keep a prepared statement from one transaction to the next.",
+    ),
+    "DB_CONNECTION_MAX_SCHEMAS": SettingDoc(
+        "Tenant schemas a pooled connection may work in before it is closed and replaced "
+        "when it goes back to the pool: a PostgreSQL backend keeps the catalog entries (and "
+        "prepared plans) of every schema it touched, 120-380 kB a tenant, so this bounds each "
+        "backend's memory at many tenants. 0: never retired.",
+    ),
+    "FULL_SCAN_HOURS": SettingDoc(
+        "Hours after which a tick scans a tenant even though the next-work summary says "
+        "nothing is due there (the full pass; work it finds is counted as "
+        "`tocsin_scan_summary_missed_total` and logged as a warning). Fractions allowed.",
+    ),
     "DELIVERY_LEASE_SECONDS": SettingDoc("Seconds a worker owns a delivery it is sending."),
     "TOCSIN_HOME": SettingDoc(
         "Where the embedded services keep their data.", field="home", default="`.tocsin`",

@@ -43,6 +43,7 @@ __all__ = [
     "SCAN_CLAIMS",
     "SCAN_LICENCE_MOVES",
     "SCAN_SECONDS",
+    "SCAN_SUMMARY_MISSED",
     "SCAN_TIME_CANCELLED",
     "SWEEP_SECONDS",
     "TIME_RULES",
@@ -78,6 +79,10 @@ SCAN_TIME_CANCELLED = Counter(
 SCAN_SECONDS = Histogram(
     "tocsin_scan_duration_seconds", "One tenant's scan, from start to its completion record (seconds).",
     buckets=RUN_BUCKETS, registry=WORKER_REGISTRY)
+SCAN_SUMMARY_MISSED = Counter(
+    "tocsin_scan_summary_missed_total",
+    "Scans that found work where the next-work summary said none was due (goal: 0).",
+    registry=WORKER_REGISTRY)
 SWEEP_SECONDS = Histogram(
     "tocsin_sweep_duration_seconds", "One tenant's sweep, from start to its completion record (seconds).",
     buckets=RUN_BUCKETS, registry=WORKER_REGISTRY)

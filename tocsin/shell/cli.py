@@ -59,6 +59,7 @@ __all__ = [
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
 EXIT_DEGRADED = 3  # `tocsin status`: a queue has no live consumer or a tenant's sweep is overdue
+EXIT_MIGRATION_FAILED = 4  # `tocsin migrate`: a tenant's migration failed (named on stderr)
 
 
 class Bootstrap(Protocol):
@@ -122,7 +123,7 @@ def _out(line: str = "") -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
-    from db.platform.migrations import SchemaMigrated, migrate_all
+    from db.platform.migrations import SchemaMigrated, TenantMigrationFailed, migrate_all
     from tocsin.shell.progress import ProgressLine
 
     # On stderr: stdout keeps the summary a script may read.
@@ -141,7 +142,15 @@ def cmd_migrate(args: argparse.Namespace) -> None:
             progress.update(step.done)
 
     try:
-        report = migrate_all(on_schema=schema_done, on_start=started)
+        report = migrate_all(on_schema=schema_done, on_start=started, jobs=args.jobs)
+    except TenantMigrationFailed as error:
+        if progress is not None:
+            progress.finish()
+        print(f"tocsin: error: {_one_line(error)}", file=sys.stderr)
+        print(f"{migrated:,} tenant schema(s) migrated by this run; every other schema is "
+              "untouched. Fix the cause and run `tocsin migrate` again to continue",
+              file=sys.stderr, flush=True)
+        sys.exit(EXIT_MIGRATION_FAILED)
     except KeyboardInterrupt:
         if progress is not None:
             progress.finish()
@@ -467,7 +476,9 @@ def build_parser() -> Parser:
         p.set_defaults(handler=handler)
         return p
 
-    command("migrate", cmd_migrate, "apply pending migrations to the control and tenant schemas")
+    p = command("migrate", cmd_migrate, "apply pending migrations to the control and tenant schemas")
+    p.add_argument("--jobs", type=_jobs, default=1,
+                   help="tenant schemas migrated at once, each on its own connection (default 1)")
 
     tenant = sub.add_parser("tenant", help="create and list tenants")
     tenant_sub = tenant.add_subparsers(dest="tenant_command", required=True, parser_class=Parser)
@@ -566,6 +577,16 @@ def build_parser() -> Parser:
     add_platform_commands(sub, command)
     add_evidence_commands(sub, command)
     return parser
+
+
+def _jobs(raw: str) -> int:
+    try:
+        jobs = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number, got {raw!r}") from None
+    if not 1 <= jobs <= 64:
+        raise argparse.ArgumentTypeError(f"--jobs must be between 1 and 64, got {jobs}")
+    return jobs
 
 
 def _one_line(error: BaseException) -> str:

@@ -6,7 +6,9 @@ processes migrating at once (web and worker starting together) take turns.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 
@@ -30,6 +32,7 @@ __all__ = [
     "MigrationReport",
     "ProgressListener",
     "SchemaMigrated",
+    "TenantMigrationFailed",
     "apply_tenant_migrations",
     "drop_schema",
     "ensure_control_schema",
@@ -112,6 +115,32 @@ def _lock(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
 
 
+# A tenant schema's migration: the run's lock shared, so that schemas migrate in parallel
+# (`tocsin migrate --jobs N`) while the control schema's migration (which takes it
+# exclusively) still waits for them and they for it; and the schema's own lock (the
+# two-key form, a lock space of its own), so that two runs never migrate one schema at once.
+_SCHEMA_LOCK = ("SELECT pg_advisory_xact_lock_shared(%s), "
+                "pg_advisory_xact_lock(%s, hashtext(%s))")
+
+
+class TenantMigrationFailed(Exception):
+    """A tenant schema's migration failed: that schema is untouched (its transaction rolled
+    back), every other one migrated or untouched."""
+
+    def __init__(self, slug: str, schema: str, error: BaseException):
+        super().__init__(f"migrating tenant {slug} (schema {schema}) failed, nothing of it "
+                         f"applied: {type(error).__name__}: {error}".strip())
+        self.slug = slug
+        self.schema = schema
+
+
+def _slug_of(schema: str) -> str:
+    with connection() as conn:
+        row = conn.execute("SELECT slug FROM control.tenants WHERE schema_name = %s",
+                           [schema]).fetchone()
+    return str(row[0]) if row else "?"
+
+
 def ensure_control_schema(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
     """Bootstrap and migrate the control schema inside the caller's transaction."""
     _lock(conn)
@@ -174,28 +203,62 @@ def schemas_behind(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
 
 
 def migrate_all(on_schema: ProgressListener | None = None,
-                on_start: Callable[[int], None] | None = None) -> MigrationReport:
+                on_start: Callable[[int], None] | None = None, *, jobs: int = 1) -> MigrationReport:
     """Bring the control schema and every tenant schema up to date. Idempotent, and
     resumable: each schema's migrations commit in a transaction of their own, so an
     interrupted run leaves every schema either migrated or untouched, and a rerun picks up
     the schemas still behind. ``on_start`` hears how many schemas are behind,
-    ``on_schema`` each one as it commits (the CLI's progress line)."""
+    ``on_schema`` each one as it commits (the CLI's progress line), from one thread at a time.
+
+    ``jobs`` schemas are migrated at once, each on a connection of its own. When one fails,
+    no further schema is started, those under way finish (each commits whole or not at all),
+    and TenantMigrationFailed names the first that failed."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
     applied: list[tuple[str, str]] = []
     with connection() as conn:
         with conn.transaction():
             applied += [("control", v) for v in ensure_control_schema(conn)]
         schemas = schemas_behind(conn)
-        if on_start is not None:
-            on_start(len(schemas))
-        for done, schema in enumerate(schemas, start=1):
-            with conn.transaction():
-                # Taken per schema, not for the whole run: a tenant being created (which
-                # takes the same lock) waits for one schema, not for thousands.
-                _lock(conn)
-                versions = apply_tenant_migrations(conn, schema)
-            applied += [(schema, v) for v in versions]
+    if on_start is not None:
+        on_start(len(schemas))
+    done = 0
+    heard = threading.Lock()  # one schema's report at a time: the count and the listener
+    failed: list[TenantMigrationFailed] = []
+    stop = threading.Event()  # interrupted (Ctrl-C): start no other schema
+
+    def migrate_one(schema: str) -> None:
+        nonlocal done
+        if failed or stop.is_set():
+            return  # a schema failed, or the run was interrupted: start no other
+        try:
+            with connection() as own, own.transaction():
+                own.execute(_SCHEMA_LOCK, [MIGRATION_LOCK, MIGRATION_LOCK, schema])
+                versions = apply_tenant_migrations(own, schema)
+        except Exception as error:
+            with heard:
+                failed.append(TenantMigrationFailed(_slug_of(schema), schema, error))
+            return
+        with heard:
+            applied.extend((schema, v) for v in versions)
+            done += 1
             if on_schema is not None:
                 on_schema(SchemaMigrated(schema, tuple(versions), done, len(schemas)))
+
+    if jobs == 1:
+        for schema in schemas:
+            migrate_one(schema)
+            if failed:
+                break
+    else:
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="migrate") as pool:
+            try:
+                list(pool.map(migrate_one, schemas))
+            except BaseException:
+                stop.set()  # those under way finish (whole or not at all); no other starts
+                raise
+    if failed:
+        raise failed[0]
     return MigrationReport(tuple(applied))
 
 

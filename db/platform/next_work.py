@@ -1,0 +1,138 @@
+"""The next-work summary (control.next_work): per tenant, the next instant at which a scan
+can find work there, so that a tick visits only the tenants whose instant has come.
+
+Who keeps it right:
+
+- the scan writes it (``record_next_scan``), from what it computed in its own transaction
+  (db/notices/scan_horizon.py);
+- every change to what a scan reads marks the tenant due at the next tick, in the same
+  transaction: the triggers of tenant migration 0060 on clients, subjects and their facts,
+  rules, the working calendar and deferred deliveries, and control migration 0060's trigger on
+  a tenant's zone and status. Code that changes something a scan reads outside those tables
+  calls ``note_scan_work(tx)``;
+- a full pass: a tenant whose last completed scan is older than FULL_SCAN_HOURS is visited
+  whatever the summary says, and a scan that finds work the summary said was not there
+  counts it (``ScanVisit.summary_said_idle``; the scan actor's metric and warning).
+
+The race the handshake closes: a scan computes the instant from what it sees, and a change
+committed after it looked must not be overwritten by that instant. A scan starts with
+``begin_scan_visit``, which takes an exclusive advisory lock on the tenant (so it waits for
+every transaction that changed something and has not committed: their triggers hold the same
+lock shared) and sets the row to 'under way' ('infinity' with scan_started_at). A change from
+then on finds the row not due and marks it due ('-infinity'); the scan's ``record_next_scan``
+writes its instant only if the row is still the one it set. A scan that dies leaves the row
+under way, due again SCAN_RETRY_SECONDS later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from db.platform.pool import connection
+from db.platform.tenancy import TenantTx, not_migrated_is_an_error
+
+__all__ = [
+    "NEXT_WORK_LOCK",
+    "SCAN_RETRY_SECONDS",
+    "ScanVisit",
+    "begin_scan_visit",
+    "mute_own_notes",
+    "note_scan_work",
+    "record_next_scan",
+    "tenants_due_for_scan",
+]
+
+NEXT_WORK_LOCK = 7_160_060  # advisory lock class, with the tenant id as the second key
+SCAN_RETRY_SECONDS = 15 * 60  # a scan under way for longer than this has died: due again
+
+
+@dataclass(frozen=True)
+class ScanVisit:
+    tenant_id: int
+    started_at: datetime  # the row's scan_started_at as this visit set it
+    # The summary held an instant later than the scan's as_of (computed by an earlier scan,
+    # not changed since): whatever this scan finds, the summary missed.
+    summary_said_idle: bool
+
+
+_LOCK = ("SELECT id, pg_advisory_xact_lock(%s, id::int) FROM control.tenants WHERE slug = %s")
+# Compared in SQL: psycopg cannot read the infinities as datetimes.
+_OLD = ("SELECT scan_started_at IS NULL AND next_scan_at > %s FROM control.next_work "
+        "WHERE tenant_id = %s FOR UPDATE")
+_UNDER_WAY = (
+    "INSERT INTO control.next_work (tenant_id, next_scan_at, scan_started_at) "
+    "VALUES (%s, 'infinity', clock_timestamp()) "
+    "ON CONFLICT (tenant_id) DO UPDATE "
+    "SET next_scan_at = 'infinity', scan_started_at = EXCLUDED.scan_started_at "
+    "RETURNING scan_started_at")
+
+
+def begin_scan_visit(slug: str, as_of: datetime) -> ScanVisit | None:
+    """Mark a scan of ``slug`` at ``as_of`` under way, once every uncommitted change to what
+    the scan reads has committed. In a transaction of its own, before the scan's; None when
+    the slug names no tenant (the scan itself then says so)."""
+    with connection() as conn, not_migrated_is_an_error(), conn.transaction():
+        # The lock first, in a statement of its own: the row is read after it, with a
+        # snapshot that sees what the transactions it waited for committed.
+        found = conn.execute(_LOCK, [NEXT_WORK_LOCK, slug]).fetchone()
+        if found is None:
+            return None
+        tenant_id = int(str(found[0]))
+        with conn.pipeline():
+            old_cursor = conn.execute(_OLD, [as_of, tenant_id])
+            started_cursor = conn.execute(_UNDER_WAY, [tenant_id])
+        old, started = old_cursor.fetchone(), started_cursor.fetchone()
+    assert started is not None and isinstance(started[0], datetime)
+    idle = old is not None and bool(old[0])
+    return ScanVisit(tenant_id, started[0], idle)
+
+
+def mute_own_notes(tx: TenantTx) -> None:
+    """In a scan's transaction: its own writes (an expiry, claims, deferred deliveries) do
+    not mark its tenant due; the instant it records already counts them."""
+    tx.conn.execute("SELECT set_config('tocsin.scan_work_noted', %s, true)", [tx.tenant.schema])
+
+
+def note_scan_work(tx: TenantTx) -> None:
+    """Mark ``tx``'s tenant due at the next tick, in ``tx``: for code that changes something a
+    scan reads outside the tables whose triggers do this already (tenant migration 0060:
+    clients, subjects and their facts, rules, the working calendar, deferred deliveries).
+    Cheap, and safe to call more than once."""
+    tx.conn.execute("SELECT control.note_scan_work_in(%s)", [tx.tenant.schema])
+
+
+def record_next_scan(visit: ScanVisit, next_at: datetime | None) -> bool:
+    """After the scan has committed: its tenant's next instant (None: nothing ahead), unless
+    something changed since the visit began or another scan began after it. True when it
+    was written."""
+    with connection() as conn:
+        row = conn.execute(
+            "UPDATE control.next_work SET next_scan_at = coalesce(%s::timestamptz, 'infinity'), "
+            "scan_started_at = NULL, computed_at = clock_timestamp() "
+            "WHERE tenant_id = %s AND scan_started_at = %s AND next_scan_at = 'infinity' "
+            "RETURNING tenant_id",
+            [next_at, visit.tenant_id, visit.started_at]).fetchone()
+    return row is not None
+
+
+def tenants_due_for_scan(as_of: datetime, full_scan_hours: float) -> list[str]:
+    """The active tenants a tick at ``as_of`` visits, the tenants scanned longest ago first
+    (db/platform/runs.py fan_out_order): those whose next instant has come, those without a
+    summary yet, those whose scan has been under way for too long, and those whose last
+    completed scan is older than ``full_scan_hours`` (the full pass, which checks the
+    summary)."""
+    with connection() as conn, not_migrated_is_an_error():
+        rows = conn.execute(
+            "SELECT t.slug FROM control.tenants t "
+            "LEFT JOIN control.next_work n ON n.tenant_id = t.id "
+            "LEFT JOIN control.completed_runs r ON r.tenant_id = t.id AND r.kind = 'scan' "
+            "WHERE t.status = 'active' AND ("
+            "  n.tenant_id IS NULL OR n.next_scan_at <= %(as_of)s"
+            "  OR n.scan_started_at < clock_timestamp() - make_interval(secs => %(retry)s)"
+            "  OR r.completed_at IS NULL"
+            "  OR r.completed_at < clock_timestamp() - make_interval(secs => %(full)s)) "
+            "ORDER BY r.completed_at ASC NULLS FIRST, t.slug",
+            {"as_of": as_of, "retry": SCAN_RETRY_SECONDS, "full": full_scan_hours * 3600},
+        ).fetchall()
+    return [str(r[0]) for r in rows]
