@@ -3,9 +3,15 @@ endpoint received per delivery."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
 
 from db.platform.tenancy import Tenant, tenant_tx
+from tests.integration.builders import PASSWORD
 from tests.integration.conftest import SesOutbox
 
 RECOVERY_LIMIT = 180.0  # seconds a whole recovery (leases, heartbeats, sweeps) may take
@@ -54,3 +60,20 @@ def assert_each_accepted_once(tenant: Tenant, ses: SesOutbox, ids: list[int]) ->
     resendable = uncertain(tenant)
     doubled = {i: n for i, n in sent.items() if n > (2 if i in resendable else 1)}
     assert doubled == {}, "sent more often than an unknown outcome allows"
+
+
+@contextmanager
+def signed_in_portal(portal_url: str, tenant: Tenant, email: str) -> Iterator[tuple[httpx.Client, str]]:
+    """A browser signed in to a stack's web process as ``email``, and a CSRF token of its
+    session (what the pages' forms post back)."""
+    with httpx.Client(base_url=portal_url, timeout=30) as browser:
+        login = browser.get("/login")
+        token = re.search(r'name="_csrf_token" value="([^"]+)"', login.text)
+        assert token, login.text
+        signed_in = browser.post("/login", data={
+            "organisation": tenant.slug, "email": email, "password": PASSWORD, "next": "/",
+            "_csrf_token": token.group(1)})
+        assert signed_in.status_code == 303, (signed_in.status_code, signed_in.text)
+        fresh = re.search(r'name="_csrf_token" value="([^"]+)"', browser.get("/settings").text)
+        assert fresh, "the settings page carries no CSRF token"
+        yield browser, fresh.group(1)

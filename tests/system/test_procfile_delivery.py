@@ -25,7 +25,7 @@ from tests.integration.builders import PASSWORD, add_admin, add_client, add_clie
 from tests.integration.conftest import OpsInbox, SesOutbox, wait_until
 from tests.support.faulty_ses import FaultySes
 from tests.support.procfile_stack import ProcfileStack, environment
-from tests.system.outcomes import RECOVERY_LIMIT, copies, delivery_ids, statuses
+from tests.system.outcomes import RECOVERY_LIMIT, copies, delivery_ids, signed_in_portal, statuses
 
 QUIET_FOR = timedelta(seconds=20)  # quiet hours end this long after the notice is created
 
@@ -85,14 +85,7 @@ def test_a_permanent_failure_is_failed_shown_on_needs_attention_and_alerted_once
         assert provider.count("reject") >= len(failed)
         assert copies(ses, tenant) == Counter()
 
-        with httpx.Client(base_url=stack.portal_url, timeout=30) as browser:
-            login = browser.get("/login")
-            token = re.search(r'name="_csrf_token" value="([^"]+)"', login.text)
-            assert token, login.text
-            signed_in = browser.post("/login", data={
-                "organisation": tenant.slug, "email": admin.email, "password": PASSWORD, "next": "/",
-                "_csrf_token": token.group(1)})
-            assert signed_in.status_code == 303, (signed_in.status_code, signed_in.text)
+        with signed_in_portal(stack.portal_url, tenant, admin.email) as (browser, _):
             page = browser.get("/ledger/attention")
     assert page.status_code == 200
     assert "Failed and unknown deliveries" in page.text

@@ -24,10 +24,11 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
 
 from db.platform.tenancy import Tenant, tenant_tx
-from tests.integration.builders import add_clients_in_bulk
+from tests.integration.builders import add_admin, add_clients_in_bulk
 from tests.integration.conftest import SesOutbox, wait_until
 from tests.support.faulty_ses import FaultySes
 from tests.support.procfile_stack import ProcfileStack
@@ -37,6 +38,7 @@ from tests.system.outcomes import (
     copies,
     delivery_ids,
     provider_called_unrecorded,
+    signed_in_portal,
     statuses,
     uncertain,
 )
@@ -355,3 +357,67 @@ def test_redis_restarted_mid_send_loses_nothing_and_doubles_nothing(
         stack.sweeps_done(1)
     _assert_only_in_flight_doubled(tenant, ses, in_flight)
     assert set(copies(ses, tenant).values()) == {1}  # no call was cut off: none sent twice
+
+
+# -- The hold policy, decided by a person in the running portal ----------------------------
+
+
+def _held(tenant: Tenant) -> set[int]:
+    from db.delivery.recovery import HELD_REASON
+
+    with tenant_tx(tenant.slug) as tx:
+        return {int(str(r[0])) for r in tx.conn.execute(
+            "SELECT id FROM notification_deliveries WHERE status = 'unknown' AND status_reason = %s",
+            [HELD_REASON]).fetchall()}
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_under_hold_an_unknown_email_waits_for_a_person_who_sends_it_again_once_or_marks_it_delivered(
+    tenant: Tenant, ses: SesOutbox, procfile: Callable[..., ProcfileStack],
+) -> None:
+    """The tenant's admin chooses hold in the running portal. Every reminder's answer is lost
+    (SES has it; the worker never hears): the sweeper keeps each one for a person instead of
+    resending. The admin sends one again (it goes once more, with its Message-ID) and marks
+    the other delivered (nothing is sent); both decisions are recorded with who and when."""
+    add_clients_in_bulk(tenant, 1, _today(tenant) + timedelta(days=7), 2)
+    admin = add_admin(tenant, "admin@held.example")
+    with FaultySes(ses.endpoint, policy=lambda n: "drop") as provider:
+        stack = procfile(SES_ENDPOINT_URL=provider.url)
+        stack.start("web")
+        # /healthz answers 503 until the worker and the clock run too: the sign-in page, then.
+        wait_until(lambda: _answers(f"{stack.portal_url}/login"), "the web process to answer",
+                   RECOVERY_LIMIT)
+        with signed_in_portal(stack.portal_url, tenant, admin.email) as (browser, token):
+            chosen = browser.post("/settings/unknown-outcome",
+                                  data={"policy": "hold", "_csrf_token": token})
+            assert chosen.status_code == 303, chosen.text
+            stack.start("worker")
+            stack.start("clock")
+            wait_until(lambda: delivery_ids(tenant) != [] and _held(tenant) == set(delivery_ids(tenant)),
+                       "every lost answer to be held for a person", RECOVERY_LIMIT)
+            stack.sweeps_done(2)  # held ones stay held: nothing is resent on its own
+            assert copies(ses, tenant) == Counter(dict.fromkeys(delivery_ids(tenant), 1))
+            provider.policy = lambda n: "pass"
+            again, delivered, *rest = delivery_ids(tenant)
+            for delivery_id, action in ((again, "send-again"), (delivered, "mark-delivered")):
+                answer = browser.post(f"/ledger/attention/deliveries/{delivery_id}/{action}",
+                                      data={"_csrf_token": token})
+                assert answer.status_code == 303, answer.text
+            wait_until(lambda: statuses(tenant)[("accepted")] == 1, "the email sent again")
+            stack.sweeps_done(2)
+            ledger = browser.get("/ledger").text
+    assert copies(ses, tenant) == Counter({again: 2, delivered: 1, **dict.fromkeys(rest, 1)})
+    assert statuses(tenant) == Counter({"accepted": 1, "delivered": 1, "unknown": len(rest)})
+    with tenant_tx(tenant.slug) as tx:
+        reviews = tx.conn.execute("SELECT delivery_id, decision, decided_by, decided_at IS NOT NULL "
+                                  "FROM delivery_reviews ORDER BY id").fetchall()
+    assert [tuple(r) for r in reviews] == [(again, "send_again", admin.id, True),
+                                           (delivered, "mark_delivered", admin.id, True)]
+    assert "Sent again by admin@held.example" in ledger
+    assert "Marked as delivered by admin@held.example" in ledger
