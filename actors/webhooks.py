@@ -68,13 +68,15 @@ def _call(slug: str, claim: ClaimedWebhook, sender: WebhookSender, settings: Set
     try:
         # The guard decides on the resolved addresses before any connection is attempted.
         call = sender.prepare(claim.url, wid, utcnow(), claim.body, claim.secrets)
-    except DestinationRefused as refused:
-        answer = CallAnswer(None, 0, None, str(refused), ErrorClass.TRANSIENT, sent=False, refused=True)
+    except DestinationRefused as guard:
+        answer = CallAnswer(None, 0, None, str(guard), ErrorClass.TRANSIENT, sent=False, refused=True)
     else:
-        if not mark_called(slug, claim):
-            log.warning("webhook tenant=%s id=%d attempt=%d lease lost before the call; not sent",
-                        slug, claim.delivery_id, claim.attempt)
+        marked = mark_called(slug, claim)
+        if marked.secrets is None:
+            log.warning("webhook tenant=%s id=%d attempt=%d not sent: %s",
+                        slug, claim.delivery_id, claim.attempt, marked.refused)
             return
+        call.sign(marked.secrets, utcnow(), claim.body)
         answer = sender.send(call, claim.body)
     recorded = record_answer(slug, claim, answer, jitter=random.random(),
                              retry_base=timedelta(seconds=settings.webhook_retry_base_seconds))

@@ -44,6 +44,7 @@ from tocsin.core.clock import utcnow
 __all__ = [
     "ClaimedWebhook",
     "LogEntry",
+    "Marked",
     "SweptWebhooks",
     "claim_webhooks",
     "delivery_log",
@@ -62,6 +63,7 @@ REENQUEUE_AFTER_SECONDS = 60  # a due delivery enqueued longer ago than this is 
 SWEEP_BATCH = 1_000  # due deliveries one sweep enqueues per tenant
 
 _TO_SENDING = WEBHOOK.where(to=WebhookStatus.SENDING, alias="d")
+_CANCELLED_UNSENT = WEBHOOK.where(to=WebhookStatus.CANCELLED, from_=[WebhookStatus.SENDING])
 _ANSWERED = WEBHOOK.where(to=(WebhookStatus.DELIVERED, WebhookStatus.PENDING, WebhookStatus.FAILED),
                           from_=[WebhookStatus.SENDING])
 _LEASE_OVER = WEBHOOK.where(to=(WebhookStatus.PENDING, WebhookStatus.FAILED),
@@ -212,19 +214,57 @@ def claim_webhooks(slug: str, delivery_ids: list[int], lease_seconds: float) -> 
 
 _MARK_CALLED = """
 UPDATE webhook_attempts a SET called_at = now()
-FROM webhook_deliveries d
+FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
 WHERE a.delivery_id = %(id)s AND a.claim_token = %(token)s AND d.id = a.delivery_id
   AND d.claim_token = %(token)s AND d.status = 'sending' AND d.lease_until > now()
-RETURNING a.id
+  AND e.enabled AND (e.circuit_open_until IS NULL OR e.circuit_open_until <= now())
+RETURNING e.secret, e.previous_secret, e.previous_secret_until, now()
+"""
+
+_WHY_NOT = """
+SELECT e.enabled, d.claim_token = %(token)s AND d.status = 'sending' AND d.lease_until > now()
+FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id WHERE d.id = %(id)s
+"""
+
+_CANCEL_CLAIMED = f"""
+WITH cancelled AS (
+    UPDATE webhook_deliveries SET status = 'cancelled', status_reason = 'endpoint disabled before the call',
+           claim_token = NULL, lease_until = NULL, updated_at = now()
+    WHERE id = %(id)s AND claim_token = %(token)s AND {_CANCELLED_UNSENT}
+    RETURNING id
+)
+DELETE FROM webhook_attempts a USING cancelled c
+WHERE a.delivery_id = c.id AND a.claim_token = %(token)s AND a.called_at IS NULL
 """
 
 
-def mark_called(slug: str, claim: ClaimedWebhook) -> bool:
-    """Committed right before the request leaves: False when the claim is no longer ours (its
-    lease ran out and the sweeper took it back), and then no request may be made."""
+@dataclass(frozen=True)
+class Marked:
+    secrets: list[str] | None  # sign the call with these (read as it was marked); None: no call
+    refused: str | None = None  # why no request may be made
+
+
+def mark_called(slug: str, claim: ClaimedWebhook) -> Marked:
+    """Committed right before the request leaves, with the secrets to sign it with (a
+    rotation committed before this is in them). Otherwise why not, and no request may be
+    made: a claim whose lease ran out is the sweeper's; one whose endpoint was disabled
+    meanwhile (an earlier call of the same batch answered 410) is cancelled; one whose
+    endpoint's circuit opened goes back to wait for it."""
+    params = {"id": claim.delivery_id, "token": claim.claim_token}
     with tenant_tx(slug) as tx:
-        return tx.conn.execute(_MARK_CALLED, {"id": claim.delivery_id,
-                                              "token": claim.claim_token}).fetchone() is not None
+        row = tx.conn.execute(_MARK_CALLED, params).fetchone()
+        if row is not None:
+            now = row[3] if isinstance(row[3], datetime) else utcnow()
+            return Marked(signing_secrets(str(row[0]), None if row[1] is None else str(row[1]),
+                                          row[2] if isinstance(row[2], datetime) else None, now))
+        row = tx.conn.execute(_WHY_NOT, params).fetchone()
+        if row is None or not row[1]:
+            return Marked(None, "the lease ran out before the call")
+        if not row[0]:
+            tx.conn.execute(_CANCEL_CLAIMED, params)
+            return Marked(None, "the endpoint was disabled before the call")
+    release_unsent(slug, [claim], "the endpoint's circuit opened before the call")
+    return Marked(None, "the endpoint's circuit opened before the call")
 
 
 _ATTEMPT_ENDED = """
