@@ -25,7 +25,7 @@ from uuid import UUID
 
 from db.delivery.webhook_endpoints import disable_endpoint, signing_secrets
 from db.platform.effects import AnnounceInbox, SendWebhooks
-from db.platform.tenancy import TenantTx, tenant_tx
+from db.platform.tenancy import Statement, TenantTx, tenant_statements, tenant_tx
 from domain.delivery.states import ErrorClass
 from domain.delivery.webhooks import (
     MAX_ATTEMPTS,
@@ -251,12 +251,14 @@ def mark_called(slug: str, claim: ClaimedWebhook) -> Marked:
     meanwhile (an earlier call of the same batch answered 410) is cancelled; one whose
     endpoint's circuit opened goes back to wait for it."""
     params = {"id": claim.delivery_id, "token": claim.claim_token}
+    # The usual case in one round trip (BEGIN, scope, the mark, COMMIT pipelined).
+    [marked] = tenant_statements(slug, [(_MARK_CALLED, params)])
+    if marked:
+        m = marked[0]
+        now = m[3] if isinstance(m[3], datetime) else utcnow()
+        return Marked(signing_secrets(str(m[0]), None if m[1] is None else str(m[1]),
+                                      m[2] if isinstance(m[2], datetime) else None, now))
     with tenant_tx(slug) as tx:
-        row = tx.conn.execute(_MARK_CALLED, params).fetchone()
-        if row is not None:
-            now = row[3] if isinstance(row[3], datetime) else utcnow()
-            return Marked(signing_secrets(str(row[0]), None if row[1] is None else str(row[1]),
-                                          row[2] if isinstance(row[2], datetime) else None, now))
         row = tx.conn.execute(_WHY_NOT, params).fetchone()
         if row is None or not row[1]:
             return Marked(None, "the lease ran out before the call")
@@ -287,7 +289,7 @@ RETURNING send_after
 _ENDPOINT_SUCCEEDED = """
 UPDATE webhook_endpoints SET consecutive_failures = 0, failing_since = NULL,
        circuit_open_until = NULL, updated_at = now()
-WHERE id = %s AND (consecutive_failures > 0 OR failing_since IS NOT NULL)
+WHERE id = %(id)s AND (consecutive_failures > 0 OR failing_since IS NOT NULL)
 """
 
 _ENDPOINT_FAILED = """
@@ -325,16 +327,24 @@ def record_answer(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitte
     if status is WebhookStatus.FAILED:
         reason = ("the endpoint refused it for good" if answer.error_class is ErrorClass.PERMANENT
                   else f"no success in {MAX_ATTEMPTS} attempts")
-    with tenant_tx(slug) as tx:
-        tx.conn.execute(_ATTEMPT_ENDED, {
-            "outcome": outcome, "code": answer.status_code, "latency": answer.latency_ms,
-            "response": answer.response, "error": answer.error,
-            "id": claim.delivery_id, "token": claim.claim_token})
-        moved = tx.conn.execute(_DELIVERY_ANSWERED, {
-            "status": str(status), "reason": reason, "delay": delay.total_seconds(),
-            "code": answer.status_code, "error": answer.error,
-            "id": claim.delivery_id, "token": claim.claim_token}).fetchone()
-        disabled = _endpoint_health(tx, claim.endpoint_id, answer, now)
+    ended: Statement = (_ATTEMPT_ENDED, {
+        "outcome": outcome, "code": answer.status_code, "latency": answer.latency_ms,
+        "response": answer.response, "error": answer.error,
+        "id": claim.delivery_id, "token": claim.claim_token})
+    answered: Statement = (_DELIVERY_ANSWERED, {
+        "status": str(status), "reason": reason, "delay": delay.total_seconds(),
+        "code": answer.status_code, "error": answer.error,
+        "id": claim.delivery_id, "token": claim.claim_token})
+    if answer.error_class is None:
+        # A success, the usual case, in one round trip: no decision to take on the endpoint.
+        healed: Statement = (_ENDPOINT_SUCCEEDED, {"id": claim.endpoint_id})
+        _, rows, _ = tenant_statements(slug, [ended, answered, healed])
+        moved, disabled = (rows[0] if rows else None), False
+    else:
+        with tenant_tx(slug) as tx:
+            tx.conn.execute(*ended)
+            moved = tx.conn.execute(*answered).fetchone()
+            disabled = _endpoint_health(tx, claim.endpoint_id, answer, now)
     if moved is None:
         return Recorded(None, None, disabled)
     return Recorded(status, delay if status is WebhookStatus.PENDING else None, disabled)
@@ -342,7 +352,7 @@ def record_answer(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitte
 
 def _endpoint_health(tx: TenantTx, endpoint_id: int, answer: CallAnswer, now: datetime) -> bool:
     if answer.error_class is None:
-        tx.conn.execute(_ENDPOINT_SUCCEEDED, [endpoint_id])
+        tx.conn.execute(_ENDPOINT_SUCCEEDED, {"id": endpoint_id})
         return False
     row = tx.conn.execute(
         "SELECT consecutive_failures, failing_since FROM webhook_endpoints WHERE id = %s FOR UPDATE",
