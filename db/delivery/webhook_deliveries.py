@@ -45,6 +45,7 @@ __all__ = [
     "ClaimedWebhook",
     "LogEntry",
     "Marked",
+    "Recorded",
     "SweptWebhooks",
     "claim_webhooks",
     "delivery_log",
@@ -52,6 +53,7 @@ __all__ = [
     "queue_notice_webhooks",
     "queue_test_event",
     "record_answer",
+    "record_success_and_mark",
     "redeliver",
     "release_unsent",
     "sweep_webhooks",
@@ -250,14 +252,22 @@ def mark_called(slug: str, claim: ClaimedWebhook) -> Marked:
     made: a claim whose lease ran out is the sweeper's; one whose endpoint was disabled
     meanwhile (an earlier call of the same batch answered 410) is cancelled; one whose
     endpoint's circuit opened goes back to wait for it."""
-    params = {"id": claim.delivery_id, "token": claim.claim_token}
     # The usual case in one round trip (BEGIN, scope, the mark, COMMIT pipelined).
-    [marked] = tenant_statements(slug, [(_MARK_CALLED, params)])
-    if marked:
-        m = marked[0]
+    [marked] = tenant_statements(slug, [_mark_statement(claim)])
+    return _marked(slug, claim, marked)
+
+
+def _mark_statement(claim: ClaimedWebhook) -> Statement:
+    return _MARK_CALLED, {"id": claim.delivery_id, "token": claim.claim_token}
+
+
+def _marked(slug: str, claim: ClaimedWebhook, rows: list[tuple[object, ...]]) -> Marked:
+    if rows:
+        m = rows[0]
         now = m[3] if isinstance(m[3], datetime) else utcnow()
         return Marked(signing_secrets(str(m[0]), None if m[1] is None else str(m[1]),
                                       m[2] if isinstance(m[2], datetime) else None, now))
+    params = {"id": claim.delivery_id, "token": claim.claim_token}
     with tenant_tx(slug) as tx:
         row = tx.conn.execute(_WHY_NOT, params).fetchone()
         if row is None or not row[1]:
@@ -312,6 +322,23 @@ def record_answer(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitte
     back: every attempt is kept), the delivery where it still carries our token, and the
     endpoint's health. A late success after a takeover is recorded on its attempt; the
     delivery goes out again with the same webhook-id, which the receiver drops."""
+    return _record(slug, claim, answer, jitter=jitter, retry_base=retry_base)[0]
+
+
+def record_success_and_mark(slug: str, claim: ClaimedWebhook, answer: CallAnswer,
+                            next_claim: ClaimedWebhook) -> tuple[Recorded, Marked]:
+    """A success recorded together with the next call's mark, in one round trip: a call
+    costs one commit, not two. A crash before it loses the answer only: the sweeper makes
+    that attempt unknown and the delivery is sent again with the same webhook-id."""
+    if answer.error_class is not None:
+        raise ValueError("only a success travels with the next mark")
+    recorded, rows = _record(slug, claim, answer, jitter=0.0, retry_base=timedelta(0), then=next_claim)
+    return recorded, _marked(slug, next_claim, rows)
+
+
+def _record(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitter: float,
+            retry_base: timedelta, then: ClaimedWebhook | None = None,
+            ) -> tuple[Recorded, list[tuple[object, ...]]]:
     now = utcnow()
     if answer.error_class is None:
         status, outcome, delay = WebhookStatus.DELIVERED, "delivered", timedelta(0)
@@ -338,16 +365,19 @@ def record_answer(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitte
     if answer.error_class is None:
         # A success, the usual case, in one round trip: no decision to take on the endpoint.
         healed: Statement = (_ENDPOINT_SUCCEEDED, {"id": claim.endpoint_id})
-        _, rows, _ = tenant_statements(slug, [ended, answered, healed])
-        moved, disabled = (rows[0] if rows else None), False
+        results = tenant_statements(slug, [ended, answered, healed]
+                                    + ([_mark_statement(then)] if then is not None else []))
+        moved, disabled = (results[1][0] if results[1] else None), False
+        mark_rows = results[3] if then is not None else []
     else:
         with tenant_tx(slug) as tx:
             tx.conn.execute(*ended)
             moved = tx.conn.execute(*answered).fetchone()
             disabled = _endpoint_health(tx, claim.endpoint_id, answer, now)
+        mark_rows = []
     if moved is None:
-        return Recorded(None, None, disabled)
-    return Recorded(status, delay if status is WebhookStatus.PENDING else None, disabled)
+        return Recorded(None, None, disabled), mark_rows
+    return Recorded(status, delay if status is WebhookStatus.PENDING else None, disabled), mark_rows
 
 
 def _endpoint_health(tx: TenantTx, endpoint_id: int, answer: CallAnswer, now: datetime) -> bool:
