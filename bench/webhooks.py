@@ -46,6 +46,7 @@ from typing import Any
 SLUG = "bench-webhooks-1"
 LOGS = Path(".tocsin/bench/webhooks")
 MESSAGE_SIZE = 20  # deliveries per deliver_webhooks message (actors/webhooks.py)
+PRODUCERS = 4  # threads committing the latency run's events, each its own transactions
 WAIT_LIMIT = 600.0  # seconds a phase may take before the bench gives up
 
 
@@ -254,13 +255,22 @@ def latency(receiver: Receiver, endpoint_id: int, rate: float, seconds: float, p
     try:
         time.sleep(3.0)
         started = time.monotonic()
-        for n in range(count):
-            due = started + n / rate
-            pause = due - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            with tenant_tx(SLUG) as tx:
-                queue_test_event(tx, endpoint_id, "bench")
+
+        def produce(first: int) -> None:
+            # Event n is due at started + n / rate; PRODUCERS threads take every PRODUCERS-th
+            # one, so a slow commit delays only its own thread's next event.
+            for n in range(first, count, PRODUCERS):
+                pause = started + n / rate - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                with tenant_tx(SLUG) as tx:
+                    queue_test_event(tx, endpoint_id, "bench")
+
+        producers = [threading.Thread(target=produce, args=(p,)) for p in range(PRODUCERS)]
+        for t in producers:
+            t.start()
+        for t in producers:
+            t.join()
         offered = count / (time.monotonic() - started)
         _wait_delivered(count, "the latency run", worker)
     finally:
