@@ -199,9 +199,9 @@ WHERE d.id = ANY(%(ids)s) AND e.id = d.endpoint_id AND d.status = 'pending'
 def claim_webhooks(slug: str, delivery_ids: list[int], lease_seconds: float) -> list[ClaimedWebhook]:
     """Claim the due ones among ``delivery_ids`` (committed): only the caller whose claim
     moved a delivery to sending calls its endpoint."""
-    with tenant_tx(slug) as tx:
-        tx.conn.execute(_WAIT_FOR_CIRCUIT, {"ids": delivery_ids})
-        rows = tx.conn.execute(_CLAIM, {"ids": delivery_ids, "lease": lease_seconds}).fetchall()
+    # One round trip: BEGIN, scope, both statements and COMMIT pipelined.
+    _, rows = tenant_statements(slug, [(_WAIT_FOR_CIRCUIT, {"ids": delivery_ids}),
+                                       (_CLAIM, {"ids": delivery_ids, "lease": lease_seconds})])
     claimed = []
     for r in rows:
         now = r[10] if isinstance(r[10], datetime) else utcnow()
