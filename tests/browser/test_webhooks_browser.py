@@ -51,6 +51,9 @@ def test_an_admin_adds_an_endpoint_sends_a_test_event_and_reads_the_log_on_deskt
             page.get_by_role("link", name="← Webhooks").click()
             expect(page.get_by_role("table")).to_contain_text("Healthy")
             page.screenshot(path=artifacts / "webhooks.png", full_page=True)
+            page.get_by_role("link", name="Every channel's health").click()
+            expect(page.locator("#channel-webhook")).to_contain_text("1 of 1 endpoint enabled.")
+            page.screenshot(path=artifacts / "channels.png", full_page=True)
             assert errors == []
 
             phone, phone_errors = open_page(browser, PHONE)
