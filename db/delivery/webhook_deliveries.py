@@ -25,7 +25,7 @@ from uuid import UUID
 
 from db.delivery.webhook_endpoints import disable_endpoint, signing_secrets
 from db.platform.effects import AnnounceInbox, SendWebhooks
-from db.platform.tenancy import TenantTx, tenant_tx
+from db.platform.tenancy import Statement, TenantTx, tenant_statements, tenant_tx
 from domain.delivery.states import ErrorClass
 from domain.delivery.webhooks import (
     MAX_ATTEMPTS,
@@ -44,6 +44,8 @@ from tocsin.core.clock import utcnow
 __all__ = [
     "ClaimedWebhook",
     "LogEntry",
+    "Marked",
+    "Recorded",
     "SweptWebhooks",
     "claim_webhooks",
     "delivery_log",
@@ -51,6 +53,7 @@ __all__ = [
     "queue_notice_webhooks",
     "queue_test_event",
     "record_answer",
+    "record_success_and_mark",
     "redeliver",
     "release_unsent",
     "sweep_webhooks",
@@ -62,6 +65,7 @@ REENQUEUE_AFTER_SECONDS = 60  # a due delivery enqueued longer ago than this is 
 SWEEP_BATCH = 1_000  # due deliveries one sweep enqueues per tenant
 
 _TO_SENDING = WEBHOOK.where(to=WebhookStatus.SENDING, alias="d")
+_CANCELLED_UNSENT = WEBHOOK.where(to=WebhookStatus.CANCELLED, from_=[WebhookStatus.SENDING])
 _ANSWERED = WEBHOOK.where(to=(WebhookStatus.DELIVERED, WebhookStatus.PENDING, WebhookStatus.FAILED),
                           from_=[WebhookStatus.SENDING])
 _LEASE_OVER = WEBHOOK.where(to=(WebhookStatus.PENDING, WebhookStatus.FAILED),
@@ -195,9 +199,9 @@ WHERE d.id = ANY(%(ids)s) AND e.id = d.endpoint_id AND d.status = 'pending'
 def claim_webhooks(slug: str, delivery_ids: list[int], lease_seconds: float) -> list[ClaimedWebhook]:
     """Claim the due ones among ``delivery_ids`` (committed): only the caller whose claim
     moved a delivery to sending calls its endpoint."""
-    with tenant_tx(slug) as tx:
-        tx.conn.execute(_WAIT_FOR_CIRCUIT, {"ids": delivery_ids})
-        rows = tx.conn.execute(_CLAIM, {"ids": delivery_ids, "lease": lease_seconds}).fetchall()
+    # One round trip: BEGIN, scope, both statements and COMMIT pipelined.
+    _, rows = tenant_statements(slug, [(_WAIT_FOR_CIRCUIT, {"ids": delivery_ids}),
+                                       (_CLAIM, {"ids": delivery_ids, "lease": lease_seconds})])
     claimed = []
     for r in rows:
         now = r[10] if isinstance(r[10], datetime) else utcnow()
@@ -212,19 +216,67 @@ def claim_webhooks(slug: str, delivery_ids: list[int], lease_seconds: float) -> 
 
 _MARK_CALLED = """
 UPDATE webhook_attempts a SET called_at = now()
-FROM webhook_deliveries d
+FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
 WHERE a.delivery_id = %(id)s AND a.claim_token = %(token)s AND d.id = a.delivery_id
   AND d.claim_token = %(token)s AND d.status = 'sending' AND d.lease_until > now()
-RETURNING a.id
+  AND e.enabled AND (e.circuit_open_until IS NULL OR e.circuit_open_until <= now())
+RETURNING e.secret, e.previous_secret, e.previous_secret_until, now()
+"""
+
+_WHY_NOT = """
+SELECT e.enabled, d.claim_token = %(token)s AND d.status = 'sending' AND d.lease_until > now()
+FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id WHERE d.id = %(id)s
+"""
+
+_CANCEL_CLAIMED = f"""
+WITH cancelled AS (
+    UPDATE webhook_deliveries SET status = 'cancelled', status_reason = 'endpoint disabled before the call',
+           claim_token = NULL, lease_until = NULL, updated_at = now()
+    WHERE id = %(id)s AND claim_token = %(token)s AND {_CANCELLED_UNSENT}
+    RETURNING id
+)
+DELETE FROM webhook_attempts a USING cancelled c
+WHERE a.delivery_id = c.id AND a.claim_token = %(token)s AND a.called_at IS NULL
 """
 
 
-def mark_called(slug: str, claim: ClaimedWebhook) -> bool:
-    """Committed right before the request leaves: False when the claim is no longer ours (its
-    lease ran out and the sweeper took it back), and then no request may be made."""
+@dataclass(frozen=True)
+class Marked:
+    secrets: list[str] | None  # sign the call with these (read as it was marked); None: no call
+    refused: str | None = None  # why no request may be made
+
+
+def mark_called(slug: str, claim: ClaimedWebhook) -> Marked:
+    """Committed right before the request leaves, with the secrets to sign it with (a
+    rotation committed before this is in them). Otherwise why not, and no request may be
+    made: a claim whose lease ran out is the sweeper's; one whose endpoint was disabled
+    meanwhile (an earlier call of the same batch answered 410) is cancelled; one whose
+    endpoint's circuit opened goes back to wait for it."""
+    # The usual case in one round trip (BEGIN, scope, the mark, COMMIT pipelined).
+    [marked] = tenant_statements(slug, [_mark_statement(claim)])
+    return _marked(slug, claim, marked)
+
+
+def _mark_statement(claim: ClaimedWebhook) -> Statement:
+    return _MARK_CALLED, {"id": claim.delivery_id, "token": claim.claim_token}
+
+
+def _marked(slug: str, claim: ClaimedWebhook, rows: list[tuple[object, ...]]) -> Marked:
+    if rows:
+        m = rows[0]
+        now = m[3] if isinstance(m[3], datetime) else utcnow()
+        return Marked(signing_secrets(str(m[0]), None if m[1] is None else str(m[1]),
+                                      m[2] if isinstance(m[2], datetime) else None, now))
+    params = {"id": claim.delivery_id, "token": claim.claim_token}
     with tenant_tx(slug) as tx:
-        return tx.conn.execute(_MARK_CALLED, {"id": claim.delivery_id,
-                                              "token": claim.claim_token}).fetchone() is not None
+        row = tx.conn.execute(_WHY_NOT, params).fetchone()
+        if row is None or not row[1]:
+            return Marked(None, "the lease ran out before the call")
+        if not row[0]:
+            tx.conn.execute(_CANCEL_CLAIMED, params)
+            return Marked(None, "the endpoint was disabled before the call")
+    release_unsent(slug, [claim], "the endpoint's circuit opened before the call")
+    return Marked(None, "the endpoint's circuit opened before the call")
 
 
 _ATTEMPT_ENDED = """
@@ -247,7 +299,7 @@ RETURNING send_after
 _ENDPOINT_SUCCEEDED = """
 UPDATE webhook_endpoints SET consecutive_failures = 0, failing_since = NULL,
        circuit_open_until = NULL, updated_at = now()
-WHERE id = %s AND (consecutive_failures > 0 OR failing_since IS NOT NULL)
+WHERE id = %(id)s AND (consecutive_failures > 0 OR failing_since IS NOT NULL)
 """
 
 _ENDPOINT_FAILED = """
@@ -270,6 +322,23 @@ def record_answer(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitte
     back: every attempt is kept), the delivery where it still carries our token, and the
     endpoint's health. A late success after a takeover is recorded on its attempt; the
     delivery goes out again with the same webhook-id, which the receiver drops."""
+    return _record(slug, claim, answer, jitter=jitter, retry_base=retry_base)[0]
+
+
+def record_success_and_mark(slug: str, claim: ClaimedWebhook, answer: CallAnswer,
+                            next_claim: ClaimedWebhook) -> tuple[Recorded, Marked]:
+    """A success recorded together with the next call's mark, in one round trip: a call
+    costs one commit, not two. A crash before it loses the answer only: the sweeper makes
+    that attempt unknown and the delivery is sent again with the same webhook-id."""
+    if answer.error_class is not None:
+        raise ValueError("only a success travels with the next mark")
+    recorded, rows = _record(slug, claim, answer, jitter=0.0, retry_base=timedelta(0), then=next_claim)
+    return recorded, _marked(slug, next_claim, rows)
+
+
+def _record(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitter: float,
+            retry_base: timedelta, then: ClaimedWebhook | None = None,
+            ) -> tuple[Recorded, list[tuple[object, ...]]]:
     now = utcnow()
     if answer.error_class is None:
         status, outcome, delay = WebhookStatus.DELIVERED, "delivered", timedelta(0)
@@ -285,24 +354,35 @@ def record_answer(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitte
     if status is WebhookStatus.FAILED:
         reason = ("the endpoint refused it for good" if answer.error_class is ErrorClass.PERMANENT
                   else f"no success in {MAX_ATTEMPTS} attempts")
-    with tenant_tx(slug) as tx:
-        tx.conn.execute(_ATTEMPT_ENDED, {
-            "outcome": outcome, "code": answer.status_code, "latency": answer.latency_ms,
-            "response": answer.response, "error": answer.error,
-            "id": claim.delivery_id, "token": claim.claim_token})
-        moved = tx.conn.execute(_DELIVERY_ANSWERED, {
-            "status": str(status), "reason": reason, "delay": delay.total_seconds(),
-            "code": answer.status_code, "error": answer.error,
-            "id": claim.delivery_id, "token": claim.claim_token}).fetchone()
-        disabled = _endpoint_health(tx, claim.endpoint_id, answer, now)
+    ended: Statement = (_ATTEMPT_ENDED, {
+        "outcome": outcome, "code": answer.status_code, "latency": answer.latency_ms,
+        "response": answer.response, "error": answer.error,
+        "id": claim.delivery_id, "token": claim.claim_token})
+    answered: Statement = (_DELIVERY_ANSWERED, {
+        "status": str(status), "reason": reason, "delay": delay.total_seconds(),
+        "code": answer.status_code, "error": answer.error,
+        "id": claim.delivery_id, "token": claim.claim_token})
+    if answer.error_class is None:
+        # A success, the usual case, in one round trip: no decision to take on the endpoint.
+        healed: Statement = (_ENDPOINT_SUCCEEDED, {"id": claim.endpoint_id})
+        results = tenant_statements(slug, [ended, answered, healed]
+                                    + ([_mark_statement(then)] if then is not None else []))
+        moved, disabled = (results[1][0] if results[1] else None), False
+        mark_rows = results[3] if then is not None else []
+    else:
+        with tenant_tx(slug) as tx:
+            tx.conn.execute(*ended)
+            moved = tx.conn.execute(*answered).fetchone()
+            disabled = _endpoint_health(tx, claim.endpoint_id, answer, now)
+        mark_rows = []
     if moved is None:
-        return Recorded(None, None, disabled)
-    return Recorded(status, delay if status is WebhookStatus.PENDING else None, disabled)
+        return Recorded(None, None, disabled), mark_rows
+    return Recorded(status, delay if status is WebhookStatus.PENDING else None, disabled), mark_rows
 
 
 def _endpoint_health(tx: TenantTx, endpoint_id: int, answer: CallAnswer, now: datetime) -> bool:
     if answer.error_class is None:
-        tx.conn.execute(_ENDPOINT_SUCCEEDED, [endpoint_id])
+        tx.conn.execute(_ENDPOINT_SUCCEEDED, {"id": endpoint_id})
         return False
     row = tx.conn.execute(
         "SELECT consecutive_failures, failing_since FROM webhook_endpoints WHERE id = %s FOR UPDATE",

@@ -138,6 +138,8 @@ def create_endpoint(tx: TenantTx, url: str, event_kinds: Iterable[str], *, descr
     url = valid_endpoint_url(url, allow_private=allow_private)
     kinds = valid_event_kinds(event_kinds)
     description = " ".join(description.split())
+    if any(ord(c) < 32 for c in description):
+        raise InvalidInput("the description must not contain control characters")
     if len(description) > MAX_DESCRIPTION:
         raise InvalidInput(f"the description must have at most {MAX_DESCRIPTION} characters")
     row = tx.conn.execute("SELECT count(*) FROM webhook_endpoints").fetchone()

@@ -230,12 +230,18 @@ def valid_endpoint_url(url: str, *, allow_private: bool) -> str:
     url = url.strip()
     if not url or len(url) > 2000:
         raise InvalidInput("the URL must have 1 to 2000 characters")
-    parts = urlsplit(url)
+    if any(ord(c) < 33 or c == "\x7f" for c in url):
+        raise InvalidInput("the URL must not contain spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError as e:  # an unclosed IPv6 bracket, and the like
+        raise InvalidInput(f"the URL is not valid: {e}") from None
     allowed = ("https", "http") if allow_private else ("https",)
     if parts.scheme not in allowed:
         raise InvalidInput("the URL must start with https://" if not allow_private
                            else "the URL must start with https:// or http://")
-    if not parts.hostname:
+    if not host:
         raise InvalidInput("the URL has no host")
     if parts.username or parts.password:
         raise InvalidInput("the URL must not carry credentials: the signature authenticates the call")
@@ -245,11 +251,11 @@ def valid_endpoint_url(url: str, *, allow_private: bool) -> str:
         raise InvalidInput(f"the URL's port is not valid: {e}") from None
     if not allow_private:
         try:
-            literal = ipaddress.ip_address(parts.hostname)
+            literal = ipaddress.ip_address(host)
         except ValueError:
             literal = None
         if literal is not None:
-            check_destination(parts.hostname, [str(literal)], allow_private=False)
+            check_destination(host, [str(literal)], allow_private=False)
     return url
 
 

@@ -15,6 +15,7 @@ from litestar.plugins.htmx import HTMXRequest
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
+from db.delivery.channel_health import channel_health
 from db.delivery.inbox import unread_count
 from db.delivery.webhook_deliveries import delivery_log, queue_test_event, redeliver
 from db.delivery.webhook_endpoints import (
@@ -37,6 +38,7 @@ __all__ = [
     "ROUTES",
     "EndpointForm",
     "add_endpoint",
+    "channels",
     "disable",
     "enable",
     "endpoint_page",
@@ -78,6 +80,17 @@ def webhooks(request: HTMXRequest, viewer: CurrentViewer,
         "viewer": viewer, "unread": unread, "section": "webhooks", "endpoints": endpoints,
         "now": utcnow(), "notice": DONE.get(done or ""), "kinds": EVENT_KINDS, "kind_labels": KIND_LABELS,
         "allow_http": app_settings(request).webhook_allow_private})
+
+
+@get("/channels", sync_to_thread=True)
+def channels(viewer: CurrentViewer) -> Template:
+    """Every channel with its health: what it delivered and failed in 24 hours, what waits."""
+    _admin(viewer)
+    with tenant_tx(viewer.tenant.slug) as tx:
+        health = channel_health(tx)
+        unread = unread_count(tx, viewer.user.id)
+    return Template("channels.html", context={"viewer": viewer, "unread": unread, "section": "webhooks",
+                                              "channels": health})
 
 
 @get("/webhooks/{endpoint_id:int}", sync_to_thread=True)
@@ -159,4 +172,5 @@ def redeliver_delivery(viewer: CurrentViewer, endpoint_id: FromPath[int],
     return Redirect(f"/webhooks/{endpoint_id}?done=redelivered", status_code=HTTP_303_SEE_OTHER)
 
 
-ROUTES = [webhooks, endpoint_page, add_endpoint, send_test, rotate, disable, enable, redeliver_delivery]
+ROUTES = [channels, webhooks, endpoint_page, add_endpoint, send_test, rotate, disable, enable,
+          redeliver_delivery]

@@ -99,3 +99,23 @@ def test_members_and_other_tenants_ids_get_nothing(
     signed_in(portal, people, people.admin)
     assert portal.get(f"/webhooks/{theirs.id}").status_code == 404
     assert _post(portal, f"/webhooks/{theirs.id}/test", "/webhooks") == 404
+
+
+def test_the_channels_page_shows_each_channel_with_its_deliveries_and_failures(
+    portal: PortalClient, people: People,
+) -> None:
+    with tenant_tx(people.tenant.slug) as tx:
+        endpoint = create_endpoint(tx, "https://hooks.example.com/in", ["webhook.test"], allow_private=False)
+        tx.conn.execute("INSERT INTO webhook_deliveries (endpoint_id, event_kind, payload, status, "
+                        "status_reason) VALUES (%s, 'webhook.test', '{}', 'pending', NULL)", [endpoint.id])
+    signed_in(portal, people, people.admin)
+    page = portal.get("/channels")
+    assert page.status_code == 200
+    webhooks_row = page.text.split('id="channel-webhook"')[1].split("</tr>")[0]
+    assert "1 of 1 endpoint enabled." in webhooks_row and "On" in webhooks_row
+    assert 'id="channel-email"' in page.text and 'id="channel-in_app"' in page.text
+    with tenant_tx(people.tenant.slug) as tx:
+        member = create_user(tx, "viewer@northwind.example", Role.MEMBER, PASSWORD)
+    portal.cookies.clear()
+    signed_in(portal, people, member)
+    assert portal.get("/channels").status_code == 403

@@ -184,7 +184,7 @@ def test_a_call_whose_answer_was_lost_is_repeated_with_the_same_webhook_id_after
             tx.take(SendWebhooks)  # no wake-up: this "worker" claims it itself
         # A worker claims it, marks the call and dies before any answer is recorded.
         [claim] = claim_webhooks(tenant.slug, [delivery_id], lease_seconds=0.3)
-        assert mark_called(tenant.slug, claim)
+        assert mark_called(tenant.slug, claim).secrets == [endpoint.secret]
         time.sleep(0.4)
         swept = sweep_webhooks(tenant.slug)
         assert swept.retried == 1 and swept.enqueued == 1

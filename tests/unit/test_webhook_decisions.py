@@ -81,6 +81,9 @@ def test_endpoint_urls_must_be_https_without_credentials_unless_private_is_allow
     with pytest.raises(InvalidInput, match="port"):
         valid_endpoint_url("https://hooks.example.com:99999/", allow_private=False)
     assert valid_endpoint_url("http://127.0.0.1:9000/", allow_private=True) == "http://127.0.0.1:9000/"
+    for broken in ("https://[::1/", "https://hooks.example.com/a b", "https://hooks\x00.example.com/"):
+        with pytest.raises(InvalidInput):
+            valid_endpoint_url(broken, allow_private=True)
 
 
 def test_event_kinds_are_checked_and_deduplicated() -> None:

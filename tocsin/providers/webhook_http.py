@@ -58,6 +58,13 @@ class WebhookCall:
     def __init__(self, url: str, address: str, headers: dict[str, str], sni: str | None):
         self.url, self.address, self.headers, self.sni = url, address, headers, sni
 
+    def sign(self, secrets: Sequence[str], timestamp: datetime, body: str) -> None:
+        """(Re)sign with ``secrets``: those read in the transaction that marks the call, so a
+        rotation committed before the call is in its signature."""
+        self.headers["webhook-timestamp"] = str(int(timestamp.timestamp()))
+        self.headers["webhook-signature"] = signature_header(secrets, self.headers["webhook-id"],
+                                                             timestamp, body)
+
 
 class WebhookSender:
     """Built once per process from the settings (get_sender), never at import time."""
