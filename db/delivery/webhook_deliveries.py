@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from db.delivery.webhook_endpoints import disable_endpoint, signing_secrets
+from db.evidence.audit import record_audit
 from db.platform.effects import AnnounceInbox, SendWebhooks
 from db.platform.tenancy import Statement, TenantTx, tenant_statements, tenant_tx
 from domain.delivery.states import ErrorClass
@@ -133,6 +134,7 @@ def queue_test_event(tx: TenantTx, endpoint_id: int, sent_by: str) -> int:
     assert created is not None
     delivery_id = int(str(created[0]))
     _enqueue_after_commit(tx, [delivery_id])
+    record_audit(tx, "webhook.test", "webhook_endpoint", endpoint_id, after={"delivery": delivery_id})
     return delivery_id
 
 
@@ -154,6 +156,7 @@ def redeliver(tx: TenantTx, delivery_id: int) -> None:
             raise InvalidInput("the endpoint is disabled: enable it first")
         raise InvalidInput(f"the delivery is {found[0]}: it is already on its way")
     _enqueue_after_commit(tx, [delivery_id])
+    record_audit(tx, "webhook.redeliver", "webhook_delivery", delivery_id)
 
 
 def _enqueue_after_commit(tx: TenantTx, ids: list[int]) -> None:

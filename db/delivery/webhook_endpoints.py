@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from domain.delivery.webhooks import (
     BREAKER_FAILURES,
@@ -150,7 +151,14 @@ def create_endpoint(tx: TenantTx, url: str, event_kinds: Iterable[str], *, descr
         "VALUES (%s, %s, %s, %s) RETURNING id",
         [url, description, list(kinds), new_secret()]).fetchone()
     assert created is not None
-    return get_endpoint(tx, int(str(created[0])))
+    endpoint = get_endpoint(tx, int(str(created[0])))
+    record_audit(tx, "webhook.create", "webhook_endpoint", endpoint.id, after=_audited(endpoint))
+    return endpoint
+
+
+def _audited(endpoint: Endpoint) -> dict[str, object]:
+    """What the audit log keeps of an endpoint: never a secret."""
+    return {"url": endpoint.url, "event_kinds": list(endpoint.event_kinds), "enabled": endpoint.enabled}
 
 
 def rotate_secret(tx: TenantTx, endpoint_id: int, now: datetime | None = None) -> Endpoint:
@@ -163,6 +171,8 @@ def rotate_secret(tx: TenantTx, endpoint_id: int, now: datetime | None = None) -
         [now + ROTATION_OVERLAP, new_secret(), endpoint_id]).fetchone()
     if row is None:
         raise NotFound(f"no webhook endpoint {endpoint_id}")
+    record_audit(tx, "webhook.rotate_secret", "webhook_endpoint", endpoint_id,
+                 after={"previous_secret_valid_until": (now + ROTATION_OVERLAP).isoformat()})
     return get_endpoint(tx, endpoint_id)
 
 
@@ -175,6 +185,7 @@ def enable_endpoint(tx: TenantTx, endpoint_id: int) -> Endpoint:
         [endpoint_id]).fetchone()
     if row is None:
         raise NotFound(f"no webhook endpoint {endpoint_id}")
+    record_audit(tx, "webhook.enable", "webhook_endpoint", endpoint_id, after={"enabled": True})
     return get_endpoint(tx, endpoint_id)
 
 
@@ -199,4 +210,6 @@ def disable_endpoint(tx: TenantTx, endpoint_id: int, reason: str) -> bool:
         return False
     tx.conn.execute(_CANCEL_PENDING, {"endpoint": endpoint_id,
                                       "reason": f"endpoint disabled: {reason}"})
+    record_audit(tx, "webhook.disable", "webhook_endpoint", endpoint_id,
+                 before={"enabled": True}, after={"enabled": False, "reason": reason})
     return True

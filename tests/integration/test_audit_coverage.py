@@ -17,6 +17,8 @@ import pytest
 from litestar import Litestar
 
 from db.delivery.recovery import HELD_REASON
+from db.delivery.webhook_deliveries import queue_test_event
+from db.delivery.webhook_endpoints import create_endpoint, disable_endpoint, enable_endpoint
 from db.events.api_keys import create_api_key
 from db.people.users import create_user
 from db.platform.tenancy import Tenant, tenant_tx
@@ -124,6 +126,22 @@ def _events(w: World, path: str, payload: object) -> None:
     assert answer.status_code == 201, answer.text
 
 
+def _webhook(w: World) -> int:
+    with tenant_tx(w.tenant.slug) as tx:
+        return create_endpoint(tx, "https://hooks.example.com/in", ["webhook.test"],
+                               allow_private=False).id
+
+
+def _redeliver_webhook(w: World) -> int:
+    """A test event cancelled by a disabling, the endpoint enabled again, then redelivered."""
+    endpoint_id = _webhook(w)
+    with tenant_tx(w.tenant.slug) as tx:
+        delivery_id = queue_test_event(tx, endpoint_id, "admin@tenant.example")
+        disable_endpoint(tx, endpoint_id, "paused for the test")
+        enable_endpoint(tx, endpoint_id)
+    return w.post(f"/webhooks/{endpoint_id}/deliveries/{delivery_id}/redeliver", w.as_admin())
+
+
 # Each state-changing route: how to exercise it, and the action prefix its audit row has.
 Exercise = Callable[[World], object]
 ROUTES: dict[str, tuple[Exercise, str]] = {
@@ -208,6 +226,20 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
     "POST /clients/{client_id:int}/users/{user_id:int}/deactivate": (
         lambda w: w.post(f"/clients/{w.people.client.id}/users/{w.people.client_user.id}/deactivate",
                          w.as_admin()), "member.deactivate"),
+    "POST /webhooks/new": (
+        lambda w: w.post("/webhooks/new", w.as_admin(), url="https://hooks.example.com/new",
+                         notice_created="on"), "webhook.create"),
+    "POST /webhooks/{endpoint_id:int}/test": (
+        lambda w: w.post(f"/webhooks/{_webhook(w)}/test", w.as_admin()), "webhook.test"),
+    "POST /webhooks/{endpoint_id:int}/rotate": (
+        lambda w: w.post(f"/webhooks/{_webhook(w)}/rotate", w.as_admin()), "webhook.rotate_secret"),
+    "POST /webhooks/{endpoint_id:int}/disable": (
+        lambda w: w.post(f"/webhooks/{_webhook(w)}/disable", w.as_admin()), "webhook.disable"),
+    "POST /webhooks/{endpoint_id:int}/enable": (
+        lambda w: w.post(f"/webhooks/{(e := _webhook(w))}/disable", w.as_admin())
+        and w.post(f"/webhooks/{e}/enable", w.as_admin()), "webhook.enable"),
+    "POST /webhooks/{endpoint_id:int}/deliveries/{delivery_id:int}/redeliver": (
+        _redeliver_webhook, "webhook.redeliver"),
     "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
     "POST /api/v1/events/batch": (
         lambda w: _events(w, "/api/v1/events/batch", {"events": [case_event("C-1"), case_event("C-2")]}),
@@ -305,6 +337,9 @@ NOT_AUDITED_COMMANDS = {
     "seed-demo": "the demo tenant, made with tenant create, client create, user create, apikey "
                  "create, product create and rules create, each recorded",
     "scan": MACHINERY, "sweep": MACHINERY,
+    "evidence seal": MACHINERY + " (what the clock does every EVIDENCE_SEAL_SECONDS)",
+    "evidence verify": "reads the chains; its result is kept in evidence_verifications, and a "
+                       "break alerts ops",
 }
 
 
