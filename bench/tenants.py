@@ -216,9 +216,9 @@ def postgres_floor(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[flo
     from db.notices.fanout import prepare_claims
     from db.notices.licence_scan import claim_due_milestones
     from db.notices.scan_horizon import next_scan_instant
-    from db.rules.time_rules import claim_time_rules
     from db.platform.runs import record_completed
     from db.platform.tenancy import TenantTx, get_tenant
+    from db.rules.time_rules import claim_time_rules
     from domain.liveness import RunKind
     from tocsin.core.settings import load_settings
 
