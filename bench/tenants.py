@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
+from bench.idle_tenants import IDLE_PREFIX, measure_idle_tenants, prepare_idle_tenants, report_idle
 from bench.scan import (
     TENANT_ZONES,
     BenchTenant,
@@ -62,7 +63,7 @@ from bench.scan import (
     say,
     try_checkpoint,
 )
-from bench.services import bench_services
+from bench.services import BENCH_HOME, bench_services
 from domain.people.identity import parse_instant
 from tests.support.many_tenants import add_unmigrated_tenants, remove_tenants_like
 
@@ -207,14 +208,17 @@ def fixed_costs(tenants: Sequence[BenchTenant], as_of: datetime) -> dict[str, fl
 
 def postgres_floor(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[float, float]:
     """(3c) ms per tenant of the scan's statements alone (db/notices/licence_scan.py's claims, the
-    notices of what they claimed, the repair pass, the deliveries' scheduling and the
-    completion record, as actors/scan.py runs them), each tenant's transaction rolled back so
-    every pass does the first scan's work: (fresh connection, same connection again)."""
+    time rules' (one read when the tenant has none), the notices of what they claimed, the
+    repair pass, the deliveries' scheduling, the completion record and the next-work instant,
+    as db/notices/scan.py runs them), each tenant's transaction rolled back so every pass does
+    the first scan's work: (fresh connection, same connection again)."""
     from db.delivery.deliveries import schedule_due_deliveries
     from db.notices.fanout import prepare_claims
     from db.notices.licence_scan import claim_due_milestones
+    from db.notices.scan_horizon import next_scan_instant
     from db.platform.runs import record_completed
     from db.platform.tenancy import TenantTx, get_tenant
+    from db.rules.time_rules import claim_time_rules
     from domain.liveness import RunKind
     from tocsin.core.settings import load_settings
 
@@ -227,9 +231,11 @@ def postgres_floor(tenants: Sequence[BenchTenant], as_of: datetime) -> tuple[flo
                 conn.execute("SELECT set_config('search_path', %s, true)", [f"{tenant.schema}, public"])
                 tx = TenantTx(conn, tenant)
                 claim_due_milestones(tx, as_of)
+                claim_time_rules(tx, as_of)
                 prepare_claims(tx, as_of)
                 schedule_due_deliveries(tx)
                 record_completed(tx, RunKind.SCAN)
+                next_scan_instant(tx, as_of)
                 conn.rollback()
             passes.append(1000 * (time.perf_counter() - started) / len(known))
     return passes[0], passes[1]
@@ -317,6 +323,12 @@ def full_sweep(conn: Connection, prefix: str, workers: int) -> float:
     return elapsed
 
 
+def server_log(embedded: bool) -> Path | None:
+    """The embedded PostgreSQL's log, where pg_log_backend_memory_contexts writes."""
+    log = BENCH_HOME.resolve() / "pg" / "log"
+    return log if embedded and log.exists() else None
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.tenants",
                                      description=(__doc__ or "").split("\n")[0])
@@ -330,6 +342,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="worker threads (default: one per CPU)")
     parser.add_argument("--seed", type=int, default=1, help="random seed for the data (1)")
     parser.add_argument("--keep", action="store_true", help="keep the bench tenants afterwards")
+    parser.add_argument("--idle", type=int, default=10_000,
+                        help="tenants of part (5), most of them idle at a tick (10000; 0: skip it)")
+    parser.add_argument("--idle-clients", type=positive, default=10, help="clients each, part (5) (10)")
+    parser.add_argument("--idle-due-every", type=positive, default=100,
+                        help="one tenant in this many has something due at (5b)'s tick (100)")
+    parser.add_argument("--jobs", type=positive, default=os.cpu_count() or 1,
+                        help="`tocsin migrate --jobs` when making part (5)'s tenants (one per CPU)")
+    parser.add_argument("--prepare-idle", action="store_true",
+                        help="only make and load part (5)'s tenants, kept for later runs")
+    parser.add_argument("--only-idle", action="store_true",
+                        help="run part (5) alone, without the 100 x 1,000 / 2,000 x 50 layouts")
     args = parser.parse_args(argv)
     if not args.few < args.many <= args.clients:
         parser.error("need --few < --many <= --clients")
@@ -360,6 +383,19 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
         dropped = drop_all(conn)
         if dropped:
             say(f"Dropped {dropped} bench tenant(s) left by an earlier run")
+        if args.prepare_idle:
+            prepare_idle_tenants(conn, args.idle, args.idle_clients, args.idle_due_every,
+                                 args.jobs, embedded)
+            args.keep = True
+            return
+        if args.idle:
+            idle = measure_idle_tenants(conn, args.idle, args.idle_clients, args.idle_due_every,
+                                        args.workers, args.jobs, server_log(embedded))
+            if args.only_idle:
+                say()
+                say("Markdown (for the docs)")
+                report_idle(idle)
+                return
 
         say(f"(1) {args.many:,} empty tenant schemas, then `tocsin migrate` over them ...")
         many = make_tenants(conn, MANY_PREFIX, args.many)
@@ -412,11 +448,14 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
 
         report(facts, args, figures, migrate_seconds, replay_seconds, tick_seconds,
                sweep_seconds, costs, floor, memory)
+        if args.idle:
+            report_idle(idle)
     finally:
         if not args.keep:
             say()
             say("Dropping the bench tenants (use --keep to keep them) ...")
             drop_all(conn)
+            remove_tenants_like(conn, IDLE_PREFIX)
         conn.close()
 
 

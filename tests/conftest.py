@@ -135,6 +135,9 @@ def _start_services(worker: str | None) -> None:
         os.environ["DATABASE_URL"] = _pgbouncer.url
         os.environ["DATABASE_LISTEN_URL"] = direct  # LISTEN needs a session of its own
         os.environ["DATABASE_PREPARED_STATEMENTS"] = "0"  # PgBouncer 1.18 cannot keep them
+        # The ledger export's pool sets its statement_timeout as a startup option, which
+        # PgBouncer does not pass on: a direct connection (or a replica), as the docs say.
+        os.environ["EVIDENCE_DATABASE_URL"] = direct
     # Cheap password hashes (a standard one costs a third of a second of a core here); the
     # settings refuse the low cost without the marker.
     os.environ["TOCSIN_TESTING"] = "1"

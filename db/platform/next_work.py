@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import psycopg
+
 from db.platform.pool import connection
 from db.platform.tenancy import TenantTx, not_migrated_is_an_error
 
@@ -56,36 +58,47 @@ class ScanVisit:
     summary_said_idle: bool
 
 
-_LOCK = ("SELECT id, pg_advisory_xact_lock(%s, id::int) FROM control.tenants WHERE slug = %s")
+# One round trip, the statements run one after another: the lock first, in a statement of
+# its own, so that the row is read (and set) with a snapshot taken after it, which sees what
+# the transactions it waited for committed. Committed without waiting for the WAL flush
+# (transaction-local): a crash can lose only a suffix of the WAL, which leaves the summary
+# as an earlier moment of its history, when it was right; the scan's own commit, which waits
+# for the flush, makes it durable first anyway.
+_LOCK = ("SELECT pg_advisory_xact_lock(%s, id::int), set_config('synchronous_commit', 'off', true) "
+         "FROM control.tenants WHERE slug = %s")
 # Compared in SQL: psycopg cannot read the infinities as datetimes.
-_OLD = ("SELECT scan_started_at IS NULL AND next_scan_at > %s FROM control.next_work "
-        "WHERE tenant_id = %s FOR UPDATE")
+_OLD = ("SELECT n.tenant_id, n.scan_started_at IS NULL AND n.next_scan_at > %s "
+        "FROM control.next_work n JOIN control.tenants t ON t.id = n.tenant_id "
+        "WHERE t.slug = %s FOR UPDATE OF n")
 _UNDER_WAY = (
     "INSERT INTO control.next_work (tenant_id, next_scan_at, scan_started_at) "
-    "VALUES (%s, 'infinity', clock_timestamp()) "
+    "SELECT id, 'infinity', clock_timestamp() FROM control.tenants WHERE slug = %s "
     "ON CONFLICT (tenant_id) DO UPDATE "
     "SET next_scan_at = 'infinity', scan_started_at = EXCLUDED.scan_started_at "
-    "RETURNING scan_started_at")
+    "RETURNING tenant_id, scan_started_at")
 
 
 def begin_scan_visit(slug: str, as_of: datetime) -> ScanVisit | None:
     """Mark a scan of ``slug`` at ``as_of`` under way, once every uncommitted change to what
     the scan reads has committed. In a transaction of its own, before the scan's; None when
     the slug names no tenant (the scan itself then says so)."""
-    with connection() as conn, not_migrated_is_an_error(), conn.transaction():
-        # The lock first, in a statement of its own: the row is read after it, with a
-        # snapshot that sees what the transactions it waited for committed.
-        found = conn.execute(_LOCK, [NEXT_WORK_LOCK, slug]).fetchone()
-        if found is None:
-            return None
-        tenant_id = int(str(found[0]))
-        with conn.pipeline():
-            old_cursor = conn.execute(_OLD, [as_of, tenant_id])
-            started_cursor = conn.execute(_UNDER_WAY, [tenant_id])
+    with connection() as conn, not_migrated_is_an_error():
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute(_LOCK, [NEXT_WORK_LOCK, slug])
+                old_cursor = conn.execute(_OLD, [as_of, slug])
+                started_cursor = conn.execute(_UNDER_WAY, [slug])
+                conn.execute("COMMIT")
+        finally:
+            if conn.info.transaction_status in (psycopg.pq.TransactionStatus.INTRANS,
+                                                psycopg.pq.TransactionStatus.INERROR):
+                conn.execute("ROLLBACK")
         old, started = old_cursor.fetchone(), started_cursor.fetchone()
-    assert started is not None and isinstance(started[0], datetime)
-    idle = old is not None and bool(old[0])
-    return ScanVisit(tenant_id, started[0], idle)
+    if started is None:
+        return None
+    assert isinstance(started[1], datetime)
+    return ScanVisit(int(str(started[0])), started[1], old is not None and bool(old[1]))
 
 
 def mute_own_notes(tx: TenantTx) -> None:
@@ -107,13 +120,22 @@ def record_next_scan(visit: ScanVisit, next_at: datetime | None) -> bool:
     something changed since the visit began or another scan began after it. True when it
     was written."""
     with connection() as conn:
-        row = conn.execute(
-            "UPDATE control.next_work SET next_scan_at = coalesce(%s::timestamptz, 'infinity'), "
-            "scan_started_at = NULL, computed_at = clock_timestamp() "
-            "WHERE tenant_id = %s AND scan_started_at = %s AND next_scan_at = 'infinity' "
-            "RETURNING tenant_id",
-            [next_at, visit.tenant_id, visit.started_at]).fetchone()
-    return row is not None
+        try:
+            with conn.pipeline():  # one round trip; not waiting for the flush (see _LOCK)
+                conn.execute("BEGIN")
+                conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
+                written = conn.execute(
+                    "UPDATE control.next_work SET next_scan_at = coalesce(%s::timestamptz, 'infinity'), "
+                    "scan_started_at = NULL, computed_at = clock_timestamp() "
+                    "WHERE tenant_id = %s AND scan_started_at = %s AND next_scan_at = 'infinity' "
+                    "RETURNING tenant_id",
+                    [next_at, visit.tenant_id, visit.started_at])
+                conn.execute("COMMIT")
+        finally:
+            if conn.info.transaction_status in (psycopg.pq.TransactionStatus.INTRANS,
+                                                psycopg.pq.TransactionStatus.INERROR):
+                conn.execute("ROLLBACK")
+        return written.fetchone() is not None
 
 
 def tenants_due_for_scan(as_of: datetime, full_scan_hours: float) -> list[str]:

@@ -8,6 +8,7 @@ import os
 import uuid
 from dataclasses import replace
 
+import pytest
 from litestar.testing import TestClient
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
@@ -20,6 +21,9 @@ from tocsin.boot.web import build_app
 from tocsin.core import runtime
 
 
+@pytest.mark.skipif(bool(os.environ.get("TEST_PGBOUNCER")),  # make test-pgbouncer
+                    reason="the test PgBouncer knows only the suite's role, "
+                    "not the read-only one this test makes")
 def test_the_ledger_export_reads_through_the_evidence_database_and_needs_only_select(
         people: People) -> None:
     role = f"evidence_{uuid.uuid4().hex[:8]}"

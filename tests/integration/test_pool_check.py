@@ -4,6 +4,7 @@ without a round trip shows in bench/badge_anatomy.py's pool checkout.)"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import psycopg
@@ -33,6 +34,9 @@ def backend_pid(pool: ConnectionPool) -> int:
     return int(row[0])
 
 
+@pytest.mark.skipif(bool(os.environ.get("TEST_PGBOUNCER")),  # make test-pgbouncer
+                    reason="through PgBouncer the pool's connection is PgBouncer's, "
+                    "not the terminated backend's")
 def test_a_connection_whose_backend_was_terminated_is_replaced_before_it_is_handed_out(
     one_connection_pool: ConnectionPool,
 ) -> None:

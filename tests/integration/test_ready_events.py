@@ -23,7 +23,9 @@ def heard() -> Iterator[queue.Queue[str]]:
     slugs: queue.Queue[str] = queue.Queue()
     listening = threading.Event()
     stop = threading.Event()
-    thread = threading.Thread(target=ready_tenants, args=(load_settings().database_url, slugs.put, stop),
+    settings = load_settings()  # the clock's own connection: direct, also behind PgBouncer
+    thread = threading.Thread(target=ready_tenants,
+                              args=(settings.database_listen_url or settings.database_url, slugs.put, stop),
                               kwargs={"wait_seconds": 0.2, "on_listening": listening.set}, daemon=True)
     thread.start()
     assert listening.wait(30), "the listener never started listening"

@@ -4,7 +4,10 @@ answers with another tenant's rows; generic plans are asked for only where reque
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+
+import pytest
 
 from db.people.users import create_user
 from db.platform.tenancy import Tenant, tenant_tx
@@ -26,6 +29,9 @@ def _count(slug: str) -> tuple[int, list[str]]:
     return int(str(row[0])), statements
 
 
+@pytest.mark.skipif(bool(os.environ.get("TEST_PGBOUNCER")),  # make test-pgbouncer
+                    reason="through PgBouncer 1.18 statements are not prepared "
+                    "(DATABASE_PREPARED_STATEMENTS=0)")
 def test_the_same_statement_is_prepared_per_schema_and_answers_each_tenant_with_its_own_rows(
         make_tenant: Callable[..., Tenant]) -> None:
     a, b = make_tenant(), make_tenant()
