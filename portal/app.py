@@ -41,6 +41,7 @@ from portal.routes import (
     licences,
     live,
     login,
+    manual_subjects,
     members,
     metrics,
     obligations,
@@ -153,7 +154,7 @@ def create_app(
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES,
-            *audit.ROUTES, *client_admin.ROUTES,
+            *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

@@ -100,6 +100,14 @@ def _invite_and_join(w: World) -> None:
     assert w.post(f"{href}/join", token, password=PASSWORD, confirm=PASSWORD) == 303
 
 
+def _manual_subject(w: World) -> int:
+    from db.events.manual_subjects import create_manual_subject
+    from domain.events.manual import ManualSubject
+
+    with tenant_tx(w.tenant.slug) as tx:
+        return create_manual_subject(tx, ManualSubject("permit", "P-9", "Permit")).subject_id
+
+
 def _version(w: World) -> str:
     return str(scalar(w.tenant, "SELECT version FROM clients WHERE id = %s", w.people.client.id))
 
@@ -208,6 +216,13 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
     "POST /clients/{client_id:int}/users/{user_id:int}/deactivate": (
         lambda w: w.post(f"/clients/{w.people.client.id}/users/{w.people.client_user.id}/deactivate",
                          w.as_admin()), "member.deactivate"),
+    "POST /subjects/new": (lambda w: w.post("/subjects/new", w.as_admin(), kind="permit",
+                                            external_id="P-1", due_on="2031-01-01"), "subject.create"),
+    "POST /subjects/{subject_id:int}/edit": (
+        lambda w: w.post(f"/subjects/{_manual_subject(w)}/edit", w.as_admin(), kind="permit",
+                         external_id="P-9", title="Renewed permit"), "subject.edit"),
+    "POST /subjects/{subject_id:int}/close": (
+        lambda w: w.post(f"/subjects/{_manual_subject(w)}/close", w.as_admin()), "subject.close"),
     "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
     "POST /api/v1/events/batch": (
         lambda w: _events(w, "/api/v1/events/batch", {"events": [case_event("C-1"), case_event("C-2")]}),
