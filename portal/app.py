@@ -33,6 +33,7 @@ from portal.routes import (
     api_keys,
     audit,
     client_admin,
+    client_import,
     events_api,
     evidence,
     health,
@@ -155,6 +156,7 @@ def create_app(
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES,
             *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
+            *client_import.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
