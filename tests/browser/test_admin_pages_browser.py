@@ -98,3 +98,33 @@ def test_an_administrator_writes_a_subject_without_a_host_product(
     expect(page.get_by_text("Nothing was saved.")).to_be_visible()
     page.screenshot(path=artifacts / f"admin-subject-refused-{name}.png", full_page=True)
     assert errors == [] or all("400" in e for e in errors)
+
+
+@pytest.mark.parametrize(("name", "viewport"), [("desktop", DESKTOP), ("phone", PHONE)])
+def test_an_administrator_imports_clients_from_a_csv_file_with_a_report_per_row(
+    browser: Browser, portal_url: str, tenant: Tenant, artifacts: Path, name: str,
+    viewport: ViewportSize,
+) -> None:
+    with tenant_tx(tenant.slug) as tx:
+        create_user(tx, ADMIN, Role.ADMIN, PASSWORD, display_name="Sam Admin")
+    csv_file = artifacts / f"clients-{name}.csv"
+    lines = ["external_id,name,expires_on,plan,contact_email"]
+    lines += [f"C-{n:03d},Client {n},2031-0{1 + n % 9}-15,standard," for n in range(1, 41)]
+    lines += ["C-041,Client 41,15/01/2031,standard,", "C-042,Client 42,2031-01-15,platinum,",
+              "C-043,,2031-01-15,standard,not-an-email"]
+    csv_file.write_text("\r\n".join(lines) + "\r\n")
+    page, errors = open_page(browser, viewport)
+    sign_in(page, portal_url, tenant, ADMIN, PASSWORD)
+    expect(page.get_by_role("heading", name="Inbox")).to_be_visible()
+    page.goto(f"{portal_url}/clients")
+    page.get_by_role("link", name="Import CSV").click()
+    page.screenshot(path=artifacts / f"admin-import-{name}.png", full_page=True)
+    page.get_by_label("CSV file").set_input_files(str(csv_file))
+    page.get_by_role("button", name="Check the file").click()
+    expect(page.get_by_text("43 row(s): 40 valid, 4 problem(s)")).to_be_visible()
+    expect(page.get_by_role("row").filter(has_text="Line 44").filter(has_text="client name")).to_have_count(1)
+    page.screenshot(path=artifacts / f"admin-import-report-{name}.png", full_page=True)
+    page.get_by_role("button", name="Import the valid rows only").click()
+    expect(page.get_by_text("40 created, 0 updated, 0 unchanged")).to_be_visible()
+    page.screenshot(path=artifacts / f"admin-import-done-{name}.png", full_page=True)
+    assert errors == []
