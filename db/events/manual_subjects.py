@@ -5,7 +5,7 @@ in the same transaction."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from db.events.outbox import Recorded, record_events
@@ -116,7 +116,7 @@ def edit_manual_subject(tx: TenantTx, subject_id: int, form: ManualSubject) -> R
         return None
     event = manual_event(same_subject, creating=False,
                          cleared=field_names(before) - field_names(same_subject))
-    return _record(tx, event, "subject.edit", {"form": vars(before)})
+    return _record(tx, event, "subject.edit", {"form": asdict(before)})
 
 
 def close_manual_subject(tx: TenantTx, subject_id: int) -> Recorded | None:

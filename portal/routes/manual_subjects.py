@@ -56,9 +56,9 @@ class SubjectForm:
     fields: str = ""
 
     def subject(self) -> ManualSubject:
-        if any(len(v) > FIELD_MAX_LENGTH for v in vars(self).values()):
+        if any(len(v) > FIELD_MAX_LENGTH for v in asdict(self).values()):
             raise InvalidInput("that is longer than any subject's details")
-        return ManualSubject(**vars(self))
+        return ManualSubject(**asdict(self))
 
 
 @get("/subjects", sync_to_thread=True)
