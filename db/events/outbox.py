@@ -20,7 +20,7 @@ from domain.events.intake import EventIn
 
 __all__ = ["SOURCES", "Recorded", "record_events", "record_events_in"]
 
-SOURCES = ("api", "host", "demo", "cli")
+SOURCES = ("api", "host", "demo", "cli", "portal")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ current values (db/people/client_admin.py StaleEdit)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo
@@ -101,7 +101,7 @@ class ClientForm:
     version: str = ""
 
     def details(self) -> ClientDetails:
-        _short(*vars(self).values())
+        _short(*asdict(self).values())
         return ClientDetails(self.name, valid_plan(self.plan), self.time_zone.strip() or None,
                              valid_contacts(self.contact_name, self.contact_email, self.contact_phone))
 
@@ -184,7 +184,7 @@ def change_details(viewer: CurrentViewer, client_id: FromPath[int],
         with tenant_tx(viewer.tenant.slug) as tx:
             edit_client(tx, client_id, _version(data.version), details)
     except (InvalidInput, StaleEdit) as problem:
-        return _refused(viewer, client_id, problem, vars(data))
+        return _refused(viewer, client_id, problem, asdict(data))
     return _done(client_id, "details")
 
 

@@ -66,3 +66,65 @@ def test_an_administrator_adds_and_manages_a_client_and_reads_it_in_the_audit_lo
     expect(page.get_by_text("client.create")).to_be_visible()
     expect(page.get_by_text("licence.corrected")).to_have_count(0)
     assert errors == []
+
+
+@pytest.mark.parametrize(("name", "viewport"), [("desktop", DESKTOP), ("phone", PHONE)])
+def test_an_administrator_writes_a_subject_without_a_host_product(
+    browser: Browser, portal_url: str, tenant: Tenant, artifacts: Path, name: str,
+    viewport: ViewportSize,
+) -> None:
+    with tenant_tx(tenant.slug) as tx:
+        create_user(tx, ADMIN, Role.ADMIN, PASSWORD, display_name="Sam Admin")
+    page, errors = open_page(browser, viewport)
+    sign_in(page, portal_url, tenant, ADMIN, PASSWORD)
+    expect(page.get_by_role("heading", name="Inbox")).to_be_visible()
+    page.goto(f"{portal_url}/obligations")
+    page.get_by_role("link", name="Manual subjects").click()
+    page.get_by_role("link", name="New subject", exact=True).click()
+    page.get_by_label("Kind").fill("permit")
+    page.get_by_label("Reference").fill("P-2041")
+    page.get_by_label("Title").fill("Boiler operating permit")
+    page.get_by_label("Due on").fill("2031-05-31")
+    page.get_by_label("Assignees").fill(ADMIN)
+    page.get_by_label("Other fields").fill("site = Harbour works")
+    page.get_by_role("button", name="Create subject").click()
+    expect(page.get_by_text("Subject created.")).to_be_visible()
+    expect(page.get_by_role("row", name="Boiler operating permit")).to_contain_text("2031-05-31")
+    page.screenshot(path=artifacts / f"admin-subjects-{name}.png", full_page=True)
+    page.get_by_role("link", name="Edit P-2041").click()
+    page.get_by_label("Title").fill("")
+    page.get_by_label("Assignees").fill("nobody@nowhere.example")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_text("Nothing was saved.")).to_be_visible()
+    page.screenshot(path=artifacts / f"admin-subject-refused-{name}.png", full_page=True)
+    assert errors == [] or all("400" in e for e in errors)
+
+
+@pytest.mark.parametrize(("name", "viewport"), [("desktop", DESKTOP), ("phone", PHONE)])
+def test_an_administrator_imports_clients_from_a_csv_file_with_a_report_per_row(
+    browser: Browser, portal_url: str, tenant: Tenant, artifacts: Path, name: str,
+    viewport: ViewportSize,
+) -> None:
+    with tenant_tx(tenant.slug) as tx:
+        create_user(tx, ADMIN, Role.ADMIN, PASSWORD, display_name="Sam Admin")
+    csv_file = artifacts / f"clients-{name}.csv"
+    lines = ["external_id,name,expires_on,plan,contact_email"]
+    lines += [f"C-{n:03d},Client {n},2031-0{1 + n % 9}-15,standard," for n in range(1, 41)]
+    lines += ["C-041,Client 41,15/01/2031,standard,", "C-042,Client 42,2031-01-15,platinum,",
+              "C-043,,2031-01-15,standard,not-an-email"]
+    csv_file.write_text("\r\n".join(lines) + "\r\n")
+    page, errors = open_page(browser, viewport)
+    sign_in(page, portal_url, tenant, ADMIN, PASSWORD)
+    expect(page.get_by_role("heading", name="Inbox")).to_be_visible()
+    page.goto(f"{portal_url}/clients")
+    page.get_by_role("link", name="Import CSV").click()
+    page.screenshot(path=artifacts / f"admin-import-{name}.png", full_page=True)
+    page.get_by_label("CSV file").set_input_files(str(csv_file))
+    page.get_by_role("button", name="Check the file").click()
+    expect(page.get_by_text("43 row(s): 40 valid, 4 problem(s)")).to_be_visible()
+    expect(page.get_by_role("row").filter(has_text="Line 44").filter(has_text="client name")).to_have_count(1)
+    page.screenshot(path=artifacts / f"admin-import-report-{name}.png", full_page=True)
+    page.get_by_role("button", name="Import the valid rows only").click()
+    expect(page.get_by_text("40 created, 0 updated, 0 unchanged")).to_be_visible()
+    page.screenshot(path=artifacts / f"admin-import-done-{name}.png", full_page=True)
+    assert errors == []

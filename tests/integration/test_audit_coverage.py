@@ -102,6 +102,31 @@ def _invite_and_join(w: World) -> None:
     assert w.post(f"{href}/join", token, password=PASSWORD, confirm=PASSWORD) == 303
 
 
+def _upload(w: World) -> str:
+    answer = w.portal.post("/clients/import", data={"_csrf_token": w.as_admin()},
+                           files={"file": ("c.csv", b"external_id,name,expires_on\r\nA-1,Acme,2031-01-01\r\n",
+                                           "text/csv")}, follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    return str(answer.headers["location"])
+
+
+def _import_run(w: World) -> None:
+    from tests.integration.conftest import wait_until
+
+    report = _upload(w)
+    assert w.post(f"{report}/run", w.as_admin(), mode="all") == 303
+    wait_until(lambda: scalar(w.tenant, "SELECT stage FROM imports ORDER BY id DESC LIMIT 1") == "done",
+               "the import")
+
+
+def _manual_subject(w: World) -> int:
+    from db.events.manual_subjects import create_manual_subject
+    from domain.events.manual import ManualSubject
+
+    with tenant_tx(w.tenant.slug) as tx:
+        return create_manual_subject(tx, ManualSubject("permit", "P-9", "Permit")).subject_id
+
+
 def _version(w: World) -> str:
     return str(scalar(w.tenant, "SELECT version FROM clients WHERE id = %s", w.people.client.id))
 
@@ -240,6 +265,15 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
         and w.post(f"/webhooks/{e}/enable", w.as_admin()), "webhook.enable"),
     "POST /webhooks/{endpoint_id:int}/deliveries/{delivery_id:int}/redeliver": (
         _redeliver_webhook, "webhook.redeliver"),
+    "POST /subjects/new": (lambda w: w.post("/subjects/new", w.as_admin(), kind="permit",
+                                            external_id="P-1", due_on="2031-01-01"), "subject.create"),
+    "POST /subjects/{subject_id:int}/edit": (
+        lambda w: w.post(f"/subjects/{_manual_subject(w)}/edit", w.as_admin(), kind="permit",
+                         external_id="P-9", title="Renewed permit"), "subject.edit"),
+    "POST /subjects/{subject_id:int}/close": (
+        lambda w: w.post(f"/subjects/{_manual_subject(w)}/close", w.as_admin()), "subject.close"),
+    "POST /clients/import": (lambda w: _upload(w), "client_import.upload"),
+    "POST /clients/import/{import_id:int}/run": (_import_run, "client.import"),
     "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
     "POST /api/v1/events/batch": (
         lambda w: _events(w, "/api/v1/events/batch", {"events": [case_event("C-1"), case_event("C-2")]}),
@@ -267,7 +301,8 @@ def _route_keys(app: Litestar) -> tuple[set[str], set[str]]:
             key = f"{', '.join(methods)} {route.path}"
             if STATE_CHANGING & set(methods):
                 changing.add(key)
-            elif route.path.endswith((".csv", "export.json")) and not handler.opt.get(PUBLIC):
+            elif (route.path.endswith((".csv", "export.json")) and not handler.opt.get(PUBLIC)
+                  and not route.path.endswith("template.csv")):  # a blank form, no tenant data
                 exports.add(key)
     return changing, exports
 
