@@ -8,8 +8,10 @@ import logging
 import dramatiq
 
 from db.evidence.chain import seal_tenant
+from db.evidence.checkpoints import checkpoint_and_keep
 from db.evidence.verifications import verify_and_record
 from db.platform.tenancy import list_tenants
+from tocsin.core import runtime
 from tocsin.messaging.priority import BACKGROUND
 
 __all__ = ["seal_evidence", "seal_tick", "verify_evidence", "verify_tick"]
@@ -36,7 +38,10 @@ def seal_tick() -> None:
                 priority=BACKGROUND)
 def verify_evidence(slug: str) -> None:
     report, run = verify_and_record(slug)
-    if report.ok:
+    if report.ok:  # a checkpoint signs only a chain that verified
+        checkpoint, copy = checkpoint_and_keep(slug, "periodic", runtime.settings())
+        log.info("checkpoint tenant=%s seq=%d key=%s%s", slug, checkpoint.seq, checkpoint.key_id,
+                 f" written to {copy}" if copy else "")
         log.info("verified tenant=%s records=%d head=%d in %.2fs", slug, run.records, run.head_seq,
                  run.seconds)
     else:

@@ -10,7 +10,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EXIT_BROKEN", "add_evidence_commands", "cmd_evidence_seal", "cmd_evidence_verify"]
+__all__ = [
+    "EXIT_BROKEN", "add_evidence_commands", "cmd_evidence_checkpoint", "cmd_evidence_key",
+    "cmd_evidence_seal",
+    "cmd_evidence_verify",
+]
 
 EXIT_BROKEN = 4  # `tocsin evidence verify`: a chain, a record or a checkpoint does not hold
 
@@ -72,6 +76,38 @@ def cmd_evidence_verify(args: argparse.Namespace) -> None:
         sys.exit(EXIT_BROKEN)
 
 
+def cmd_evidence_key(args: argparse.Namespace) -> None:
+    from tocsin.core import runtime
+    from tocsin.core.evidence_signing import checkpoint_signer
+
+    signer = checkpoint_signer(runtime.settings())
+    _out(f"key id:     {signer.key_id}")
+    _out(f"public key: {signer.public_key_hex}  (Ed25519, raw, hex)")
+    _out("Checkpoints are signed with it; its private half is derived from SESSION_SECRET and never shown.")
+    _out("Give the public key to your inspector: every checkpoint and evidence pack verifies against it.")
+    if args.tenant:
+        from db.evidence.checkpoints import known_keys
+        from db.platform.tenancy import tenant_tx
+
+        with tenant_tx(args.tenant) as tx:
+            keys = known_keys(tx)
+        if keys:
+            _out("Keys that signed checkpoints (rotated keys stay valid for what they signed):")
+            for key_id, public, first in keys:
+                _out(f"  {key_id}  {public}  first used {first:%Y-%m-%d %H:%M}")
+
+
+def cmd_evidence_checkpoint(args: argparse.Namespace) -> None:
+    from db.evidence.checkpoints import checkpoint_and_keep
+    from tocsin.core import runtime
+
+    for slug in _tenants(args):
+        checkpoint, copy = checkpoint_and_keep(slug, "manual", runtime.settings())
+        _out(f"{slug}: checkpoint {checkpoint.id} signs sequence {checkpoint.seq} "
+             f"(head {checkpoint.head_hash[:16]}…) with key {checkpoint.key_id}"
+             + (f"; copy written to {copy}" if copy else ""))
+
+
 def add_evidence_commands(sub: argparse._SubParsersAction[Any], command: Command) -> None:
     """Register `tocsin evidence ...` on the top-level subparsers."""
     evidence = sub.add_parser("evidence", help="the tamper-evident evidence chain: seal, verify")
@@ -84,3 +120,9 @@ def add_evidence_commands(sub: argparse._SubParsersAction[Any], command: Command
                 "naming the first broken record (sequence, table, id, what differs)", evidence_sub)
     p.add_argument("--tenant", help="only this tenant (default: every tenant)")
     p.add_argument("--show", type=int, default=10, help="breaks listed after the first (default 10)")
+    p = command("key", cmd_evidence_key, "show the public key that signs checkpoints", evidence_sub)
+    p.add_argument("--tenant", help="also list every key that signed this tenant's checkpoints")
+    p = command("checkpoint", cmd_evidence_checkpoint,
+                "sign a checkpoint of each tenant's chain now (written to EVIDENCE_CHECKPOINT_DIR too)",
+                evidence_sub)
+    p.add_argument("--tenant", help="only this tenant (default: every tenant)")
