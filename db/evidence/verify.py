@@ -114,7 +114,9 @@ def verify_snapshot(conn: psycopg.Connection[tuple[object, ...]], slug: str,
         record(seq, kind, ref, payload, prev_hash, hash_)  # type: ignore[arg-type]  # int, str...
         if on_progress is not None and n % 100_000 == 0:
             on_progress(n)
-    for kind, ref, payload in conn.execute("SELECT kind, ref, payload FROM evidence_pending ORDER BY id"):
+    for kind, ref, payload in conn.execute(
+            "SELECT p.kind, f.ref, f.payload FROM evidence_pending p, "
+            "evidence_facts(p.kind, p.ref, p.payload, p.ids) f ORDER BY p.id"):
         verifier.pending(str(kind), str(ref), str(payload))
     for source in SOURCES:
         _compare(conn, verifier, source)
