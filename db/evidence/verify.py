@@ -23,7 +23,7 @@ from domain.evidence.canonical import GENESIS, canonical_value, checkpoint_text,
 from domain.evidence.verification import ERASED, Break, ChainReport, ChainVerifier
 from tocsin.core.evidence_signing import signature_holds
 
-__all__ = ["FETCH_ROWS", "SOURCES", "Source", "verify_snapshot", "verify_tenant"]
+__all__ = ["FETCH_ROWS", "SOURCES", "Source", "source_rows", "verify_snapshot", "verify_tenant"]
 
 FETCH_ROWS = 50_000  # chained records per query
 _decode = msgspec.json.Decoder()  # the payloads' JSON, decoded in C
@@ -153,17 +153,16 @@ def _checkpoint_breaks(conn: Conn, slug: str, chain_end: int) -> list[Break]:
     return breaks
 
 
-def _compare(conn: psycopg.Connection[tuple[object, ...]], verifier: ChainVerifier, source: Source) -> None:
+def source_rows(conn: Conn, source: Source) -> Iterator[tuple[str, dict[str, object]]]:
+    """Each row of a chained table as (ref, its fields rendered as the chain renders them)."""
     with conn.cursor() as cur:
         cur.execute(source.query)
         assert cur.description is not None
         names = [c.name for c in cur.description][1:]
         personal = {names.index(p) for p in source.personal}
-        row_of = verifier.row
-        table = source.table
         if not personal:
             for raw in cur:
-                row_of(table, str(raw[0]), dict(zip(names, raw[1:], strict=True)))
+                yield str(raw[0]), dict(zip(names, raw[1:], strict=True))
             return
         for raw in cur:
             values: dict[str, object] = {}
@@ -180,7 +179,13 @@ def _compare(conn: psycopg.Connection[tuple[object, ...]], verifier: ChainVerifi
                     skip = True  # the salt itself is not a field
                 else:
                     values[name] = canonical_value(value)
-            row_of(table, str(raw[0]), values)
+            yield str(raw[0]), values
+
+
+def _compare(conn: Conn, verifier: ChainVerifier, source: Source) -> None:
+    row_of, table = verifier.row, source.table
+    for ref, values in source_rows(conn, source):
+        row_of(table, ref, values)
 
 
 def verify_tenant(slug: str, on_progress: Callable[[int], None] | None = None) -> ChainReport:
