@@ -77,8 +77,8 @@ def test_a_pack_verifies_and_one_edited_deleted_or_added_row_is_named(
     assert (code, out.strip()) == (0, "The pack verifies."), out
     with zipfile.ZipFile(pack) as z:
         claims = list(csv.DictReader(io.StringIO(z.read("claims.csv").decode())))
-        assert {"README.md", "verify_pack.py", "manifest.json", "manifest.sig", "chain.jsonl", "checkpoint.json",
-                "deliveries.csv", "attempts.csv", "rule_versions.csv"} <= set(z.namelist())
+        assert {"README.md", "verify_pack.py", "manifest.json", "manifest.sig", "chain.jsonl",
+                "checkpoint.json", "deliveries.csv", "attempts.csv", "rule_versions.csv"} <= set(z.namelist())
     assert len(claims) == 3  # Packed Ltd's d30, d14 and d7; not Other Ltd's
     assert any(c["acknowledged_at"] for c in claims) and any(c["delivered_at"] for c in claims)
     header = list(claims[0])
