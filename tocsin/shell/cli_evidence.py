@@ -14,7 +14,7 @@ __all__ = [
     "EXIT_BROKEN",
     "add_evidence_commands",
     "cmd_evidence_checkpoint",
-    "cmd_evidence_export",
+    "cmd_evidence_erase_person", "cmd_evidence_export",
     "cmd_evidence_key",
     "cmd_evidence_seal",
     "cmd_evidence_verify",
@@ -147,6 +147,17 @@ def cmd_evidence_verify_pack(args: argparse.Namespace) -> None:
     _out("The pack verifies.")
 
 
+def cmd_evidence_erase_person(args: argparse.Namespace) -> None:
+    from db.evidence.erasure import erase_person
+    from db.platform.tenancy import tenant_tx
+    from domain.people.identity import valid_slug
+
+    with tenant_tx(valid_slug(args.tenant)) as tx:
+        erased = erase_person(tx, args.email)
+    _out(f"erased user {erased.user_id}: {erased.rows_changed:,} value(s) rewritten in "
+         f"{erased.columns_changed} column(s); their salts are deleted, and the chain still verifies")
+
+
 def add_evidence_commands(sub: argparse._SubParsersAction[Any], command: Command) -> None:
     """Register `tocsin evidence ...` on the top-level subparsers."""
     evidence = sub.add_parser("evidence", help="the tamper-evident evidence chain: seal, verify")
@@ -174,6 +185,11 @@ def add_evidence_commands(sub: argparse._SubParsersAction[Any], command: Command
                 f"{EXIT_BROKEN} naming each edited, added or deleted row", evidence_sub)
     p.add_argument("pack")
     p.add_argument("--public-key", help="the published public key (hex) the pack must be signed with")
+    p = command("erase-person", cmd_evidence_erase_person,
+                "erase a person (GDPR article 17): their address and name, everywhere; the chain "
+                "still verifies", evidence_sub)
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--email", required=True, help="the person's email address")
     p = command("checkpoint", cmd_evidence_checkpoint,
                 "sign a checkpoint of each tenant's chain now (written to EVIDENCE_CHECKPOINT_DIR too)",
                 evidence_sub)
