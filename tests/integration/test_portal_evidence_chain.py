@@ -24,6 +24,10 @@ def test_the_page_shows_the_head_the_last_verification_the_key_and_the_checkpoin
     assert "The chain verifies." in page
     assert checkpoint_signer(runtime.settings()).public_key_hex in page
     assert checkpoint.head_hash in page and checkpoint.key_id in page
+    for title in ("Claims per day", "Failed delivery attempts per day", "Deliveries by status",
+                  "Median minutes from claim to delivery, per day of claim", "Claims per rule, last 14 days"):
+        assert f"<caption>{title}</caption>" in page  # the table behind each chart
+    assert page.count('<svg class="chart"') == 5 and '<th scope="row">licence</th><td>3</td>' in page
 
     with tenant_tx(slug) as tx:
         tx.conn.execute("UPDATE notification_ledger SET threshold = 'd1' "
