@@ -1,14 +1,12 @@
 -- Evidence that proves itself (docs/design/evidence.md): the canonical encoding's helpers,
 -- shared by every tenant schema's fact triggers, and the checkpoint signing keys.
 
--- Declared no stricter than their bodies (to_json and to_char are STABLE), so that PostgreSQL
--- inlines them into the triggers' INSERT ... SELECT instead of calling a function per value.
 -- Each helper renders one value as the canonical JSON value (tocsin domain/evidence/canonical.py
 -- renders the same bytes in Python; tests/integration/test_evidence_chain.py proves they agree).
 -- Text: a JSON string, escaped as PostgreSQL's to_json escapes it (", \, \b \f \n \r \t,
 -- other control characters as \u00xx, everything else as is, UTF-8).
 CREATE FUNCTION control.ev_text(v text) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT coalesce(to_json(v)::text, 'null') $$;
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT coalesce(to_json(v)::text, 'null') $$;
 
 -- Integers: decimal digits.
 CREATE FUNCTION control.ev_int(v bigint) RETURNS text
@@ -20,12 +18,12 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 
 -- Instants: UTC, microseconds, "2026-12-04T11:47:57.123456Z".
 CREATE FUNCTION control.ev_time(v timestamptz) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT coalesce('"' || to_char(v AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'null') $$;
 
 -- Calendar dates: "2026-12-04".
 CREATE FUNCTION control.ev_date(v date) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT coalesce('"' || to_char(v, 'YYYY-MM-DD') || '"', 'null') $$;
 
 -- The public keys that ever signed a checkpoint, by key id (the first 16 hex digits of the

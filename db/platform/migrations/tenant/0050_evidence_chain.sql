@@ -1,10 +1,10 @@
 -- The evidence chain (docs/design/evidence.md). Its functions keep this schema as their
 -- search_path (SET search_path FROM CURRENT: the migration runs scoped to the schema), so a
 -- writer naming its tables by schema, with another search_path, still writes its facts here.
--- Every fact that must never change is recorded in evidence_pending by a trigger, in the
--- transaction that writes it; the sealer (db/evidence/chain.py seal_pending) links pending
--- facts into evidence_chain one by one under the tenant's chain head, so concurrent writers
--- never contend for the head and the chain can never fork. Mutable status columns are not
+-- Every fact that must never change is appended, in the transaction that writes it, to evidence_pending with its canonical
+-- encoding; the sealer (db/evidence/chain.py seal_pending) links pending facts into
+-- evidence_chain one by one under the tenant's chain head, so concurrent writers never
+-- contend for the head and the chain can never fork. Mutable status columns are not
 -- hashed: each move is a fact of its own.
 
 -- Salts of personal values (GDPR article 17): a fact hashes sha256(salt || value), never the
@@ -29,17 +29,12 @@ BEGIN
 END
 $$;
 
--- Facts written and not sealed yet (normally only those of the last seconds). Either one
--- fact with its payload (a move, a rule version, a provider event), or the ids of the rows one
--- INSERT statement wrote (claims, deliveries, attempts: ``ids``), whose payloads the sealer
--- renders from the rows when it seals them: a scan's thousand claims cost its transaction one
--- small row here, not a thousand rendered payloads.
+-- Facts written and not sealed yet (normally only those of the last seconds).
 CREATE TABLE evidence_pending (
     id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind    text NOT NULL,
-    ref     text NOT NULL,   -- the fact's row: its id, or rule_id/version ('' for ids)
-    payload text NOT NULL,   -- canonical JSON (sorted keys, no spaces); '' for ids
-    ids     bigint[]         -- the rows an INSERT wrote, in id order
+    ref     text NOT NULL,   -- the fact's row: its id, or rule_id/version
+    payload text NOT NULL    -- canonical JSON (sorted keys, no spaces)
 );
 
 -- The chain: hash = sha256(prev_hash | seq | kind | ref | payload), see evidence.md.
@@ -62,35 +57,31 @@ CREATE TABLE evidence_head (
 );
 INSERT INTO evidence_head DEFAULT VALUES;
 
--- Seal up to max_rows pending entries into the chain, in pending order, under the head's
--- lock (a second sealer waits, then finds them gone). Returns how many facts were sealed.
+-- Seal up to max_rows pending facts into the chain, in pending order, under the head's
+-- lock (a second sealer waits, then finds them gone). Returns how many were sealed.
 CREATE FUNCTION evidence_seal(max_rows integer) RETURNS integer
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
-    head_seq bigint; head_hash text; p record; f record;
-    taken bigint[] := '{}'; seqs bigint[] := '{}'; kinds text[] := '{}'; refs text[] := '{}';
+    head_seq bigint; head_hash text; p record;
+    ids bigint[] := '{}'; seqs bigint[] := '{}'; kinds text[] := '{}'; refs text[] := '{}';
     payloads text[] := '{}'; prevs text[] := '{}'; hashes text[] := '{}';
 BEGIN
     SELECT seq, hash INTO head_seq, head_hash FROM evidence_head FOR UPDATE;
-    FOR p IN SELECT e.id, e.kind, e.ref, e.payload, e.ids AS rows FROM evidence_pending e
-             ORDER BY e.id LIMIT max_rows LOOP
-        taken := taken || p.id;
-        FOR f IN SELECT * FROM evidence_facts(p.kind, p.ref, p.payload, p.rows) LOOP
-            head_seq := head_seq + 1;
-            seqs := seqs || head_seq; kinds := kinds || p.kind;
-            refs := refs || f.ref; payloads := payloads || f.payload; prevs := prevs || head_hash;
-            head_hash := encode(sha256(convert_to(
-                head_hash || '|' || head_seq || '|' || p.kind || '|' || f.ref || '|' || f.payload,
-                'UTF8')), 'hex');
-            hashes := hashes || head_hash;
-        END LOOP;
+    FOR p IN SELECT id, kind, ref, payload FROM evidence_pending ORDER BY id LIMIT max_rows LOOP
+        head_seq := head_seq + 1;
+        ids := ids || p.id; seqs := seqs || head_seq; kinds := kinds || p.kind;
+        refs := refs || p.ref; payloads := payloads || p.payload; prevs := prevs || head_hash;
+        head_hash := encode(sha256(convert_to(
+            head_hash || '|' || head_seq || '|' || p.kind || '|' || p.ref || '|' || p.payload,
+            'UTF8')), 'hex');
+        hashes := hashes || head_hash;
     END LOOP;
-    IF cardinality(taken) = 0 THEN RETURN 0; END IF;
+    IF cardinality(ids) = 0 THEN RETURN 0; END IF;
     INSERT INTO evidence_chain (seq, kind, ref, payload, prev_hash, hash)
     SELECT * FROM unnest(seqs, kinds, refs, payloads, prevs, hashes);
-    DELETE FROM evidence_pending WHERE id = ANY(taken);
+    DELETE FROM evidence_pending WHERE id = ANY(ids);
     UPDATE evidence_head SET seq = head_seq, hash = head_hash, updated_at = now();
-    RETURN cardinality(seqs);
+    RETURN cardinality(ids);
 END
 $$;
 
@@ -155,43 +146,20 @@ LANGUAGE sql VOLATILE AS $$
         || ',"enabled":' || control.ev_bool(r.enabled) || ',"rule_id":' || control.ev_int(r.rule_id)
         || ',"summary":' || control.ev_text(r.summary) || ',"version":' || control.ev_int(r.version) || '}' $$;
 
--- A pending entry's facts: itself, or one fact per row id, rendered from the row as it is
--- now (a row deleted before its seal is chained as missing, and verify names it).
-CREATE FUNCTION evidence_facts(fact_kind text, fact_ref text, fact_payload text, row_ids bigint[])
-RETURNS TABLE (ref text, payload text)
-LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
-BEGIN
-    IF row_ids IS NULL THEN
-        RETURN QUERY SELECT fact_ref, fact_payload;
-    ELSIF fact_kind = 'claim' THEN
-        RETURN QUERY SELECT u.id::text, coalesce(evidence_claim(r), '{"id":' || u.id || ',"missing_at_seal":true}')
-        FROM unnest(row_ids) u (id) LEFT JOIN notification_ledger r ON r.id = u.id ORDER BY u.id;
-    ELSIF fact_kind = 'delivery' THEN
-        RETURN QUERY SELECT u.id::text, coalesce(evidence_delivery(r), '{"id":' || u.id || ',"missing_at_seal":true}')
-        FROM unnest(row_ids) u (id) LEFT JOIN notification_deliveries r ON r.id = u.id ORDER BY u.id;
-    ELSIF fact_kind = 'attempt' THEN
-        RETURN QUERY SELECT u.id::text, coalesce(evidence_attempt(r), '{"id":' || u.id || ',"missing_at_seal":true}')
-        FROM unnest(row_ids) u (id) LEFT JOIN delivery_attempts r ON r.id = u.id ORDER BY u.id;
-    ELSE
-        RAISE EXCEPTION 'evidence: % facts are not recorded by ids', fact_kind;
-    END IF;
-END
-$$;
-
--- Inserts: one statement-level trigger per table, reading its transition table. Claims,
--- deliveries and attempts (the hot paths) record the ids only; the sealer renders them.
+-- Inserts: one statement-level trigger per table, reading its transition table (a scan's
+-- thousand claims cost one INSERT ... SELECT, not a thousand calls).
 CREATE FUNCTION evidence_on_insert() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_TABLE_NAME = 'notification_ledger' THEN
-        INSERT INTO evidence_pending (kind, ref, payload, ids)
-        SELECT 'claim', '', '', array_agg(id ORDER BY id) FROM new_rows HAVING count(*) > 0;
+        INSERT INTO evidence_pending (kind, ref, payload)
+        SELECT 'claim', n.id::text, evidence_claim(n) FROM new_rows n ORDER BY n.id;
     ELSIF TG_TABLE_NAME = 'notification_deliveries' THEN
-        INSERT INTO evidence_pending (kind, ref, payload, ids)
-        SELECT 'delivery', '', '', array_agg(id ORDER BY id) FROM new_rows HAVING count(*) > 0;
+        INSERT INTO evidence_pending (kind, ref, payload)
+        SELECT 'delivery', n.id::text, evidence_delivery(n) FROM new_rows n ORDER BY n.id;
     ELSIF TG_TABLE_NAME = 'delivery_attempts' THEN
-        INSERT INTO evidence_pending (kind, ref, payload, ids)
-        SELECT 'attempt', '', '', array_agg(id ORDER BY id) FROM new_rows HAVING count(*) > 0;
+        INSERT INTO evidence_pending (kind, ref, payload)
+        SELECT 'attempt', n.id::text, evidence_attempt(n) FROM new_rows n ORDER BY n.id;
     ELSIF TG_TABLE_NAME = 'delivery_events' THEN
         INSERT INTO evidence_pending (kind, ref, payload)
         SELECT 'provider_event', n.id::text, evidence_provider_event(n) FROM new_rows n ORDER BY n.id;
