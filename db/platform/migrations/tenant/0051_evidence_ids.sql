@@ -4,11 +4,13 @@
 -- payload per claim in the writer's transaction cost about as much as writing the claim
 -- (docs/benchmarks/evidence.md). Moves, rule versions and provider events still record their
 -- payload at once: the value a move went to must be the one chained.
-ALTER TABLE evidence_pending ADD COLUMN ids bigint[];  -- the rows an INSERT wrote, in id order
+-- IF NOT EXISTS, CREATE OR REPLACE: a development database migrated by an unmerged draft of 0050
+-- already has them.
+ALTER TABLE evidence_pending ADD COLUMN IF NOT EXISTS ids bigint[];  -- the rows an INSERT wrote, in id order
 
 -- A pending entry's facts: itself, or one fact per row id, rendered from the row as it is
 -- now (a row deleted before its seal is chained as missing, and verify names it).
-CREATE FUNCTION evidence_facts(fact_kind text, fact_ref text, fact_payload text, row_ids bigint[])
+CREATE OR REPLACE FUNCTION evidence_facts(fact_kind text, fact_ref text, fact_payload text, row_ids bigint[])
 RETURNS TABLE (ref text, payload text)
 LANGUAGE plpgsql STABLE SET search_path FROM CURRENT AS $$
 BEGIN
