@@ -8,8 +8,11 @@ import logging
 import dramatiq
 
 from db.evidence.chain import seal_tenant
+from db.evidence.checkpoints import checkpoint_and_keep
 from db.evidence.verifications import verify_and_record
 from db.platform.tenancy import list_tenants
+from tocsin.core import runtime
+from tocsin.core.settings import ConfigError
 from tocsin.messaging.priority import BACKGROUND
 
 __all__ = ["seal_evidence", "seal_tick", "verify_evidence", "verify_tick"]
@@ -36,12 +39,19 @@ def seal_tick() -> None:
                 priority=BACKGROUND)
 def verify_evidence(slug: str) -> None:
     report, run = verify_and_record(slug)
-    if report.ok:
-        log.info("verified tenant=%s records=%d head=%d in %.2fs", slug, run.records, run.head_seq,
-                 run.seconds)
-    else:
+    if not report.ok:
         log.error("evidence of tenant=%s is broken (%d break(s)); first: %s%s", slug, len(report.breaks),
                   run.first_break, " (ops alerted)" if run.alerted else "")
+        return
+    log.info("verified tenant=%s records=%d head=%d in %.2fs", slug, run.records, run.head_seq,
+             run.seconds)
+    try:  # a checkpoint signs only a chain that verified
+        checkpoint, copy = checkpoint_and_keep(slug, "periodic", runtime.settings())
+    except ConfigError as error:  # a secret that may not sign here: verified, not signed
+        log.warning("no checkpoint for tenant=%s: %s", slug, error)
+        return
+    log.info("checkpoint tenant=%s seq=%d key=%s%s", slug, checkpoint.seq, checkpoint.key_id,
+             f" written to {copy}" if copy else "")
 
 
 @dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=10 * 60_000, priority=BACKGROUND)  # ms

@@ -36,6 +36,7 @@ from portal.routes import (
     client_import,
     events_api,
     evidence,
+    evidence_chain,
     health,
     hooks,
     inbox,
@@ -157,7 +158,7 @@ def create_app(
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *webhooks.ROUTES,
             *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
-            *client_import.ROUTES,
+            *client_import.ROUTES, *evidence_chain.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

@@ -18,7 +18,10 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from uuid import UUID
 
-__all__ = ["GENESIS", "JsonValue", "canonical_payload", "canonical_value", "chain_hash", "personal_digest"]
+__all__ = [
+    "GENESIS", "JsonValue", "canonical_payload", "canonical_value", "chain_hash", "checkpoint_text",
+    "personal_digest",
+]
 
 GENESIS = "0" * 64  # the previous hash of sequence 1
 
@@ -54,3 +57,9 @@ def personal_digest(salt: bytes, value: str) -> str:
     """A personal value as a fact records it: its salted SHA-256. Once the salt is deleted
     (the person erased), nobody can tell which value it was, and the chain still links."""
     return "sha256:" + hashlib.sha256(salt + value.encode()).hexdigest()
+
+
+def checkpoint_text(tenant: str, seq: int, head_hash: str, signed_at: datetime, key_id: str) -> str:
+    """What a checkpoint's Ed25519 signature covers: its fields as canonical JSON."""
+    return canonical_payload({"head_hash": head_hash, "key_id": key_id, "seq": seq,
+                              "signed_at": signed_at, "tenant": tenant})

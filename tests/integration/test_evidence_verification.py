@@ -7,11 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from actors.evidence import seal_tick, verify_tick
+from db.evidence.checkpoints import checkpoints
 from db.evidence.verifications import last_verification, verify_and_record
 from db.notices.fanout import prepare_claims
 from db.notices.licence_scan import claim_due_milestones
 from db.platform.tenancy import Tenant, tenant_tx
 from tests.integration.builders import add_client, scalar
+from tests.integration.conftest import RunningWorker
 from tests.integration.test_cli import run
 from tocsin.shell.cli_evidence import EXIT_BROKEN
 
@@ -71,3 +74,18 @@ def test_a_break_alerts_ops_once_and_the_last_verification_is_kept(tenant: Tenan
     _tamper(tenant, "DELETE FROM evidence_chain WHERE seq = 1")
     assert verify_and_record(tenant.slug)[1].alerted
     assert _alerts(tenant) == 2
+
+
+def test_the_clocks_ticks_seal_verify_and_sign_through_the_worker(
+        tenant: Tenant, worker: RunningWorker) -> None:
+    _claims(tenant)
+    seal_tick.send()
+    worker.drain()
+    assert scalar(tenant, "SELECT count(*) FROM evidence_pending") == 0
+    verify_tick.send()
+    worker.drain()
+    with tenant_tx(tenant.slug) as tx:
+        last = last_verification(tx)
+        signed = checkpoints(tx)
+    assert last is not None and last.ok and last.records > 0
+    assert [c.reason for c in signed] == ["periodic"] and signed[0].seq == last.head_seq
