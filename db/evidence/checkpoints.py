@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
+from db.evidence.audit import record_audit_alone
 from db.evidence.chain import seal_tenant
 from db.platform.tenancy import TenantTx, tenant_tx
 from domain.evidence.canonical import checkpoint_text
@@ -102,5 +103,8 @@ def checkpoint_and_keep(slug: str, reason: str, settings: Settings) -> tuple[Che
     """Sign a checkpoint with the current key and, when EVIDENCE_CHECKPOINT_DIR is set, write
     its copy there; the file it went to, if any."""
     checkpoint = sign_checkpoint(slug, reason, checkpoint_signer(settings))
+    if reason != "periodic":  # the clock's own checkpoints are the machinery's work
+        record_audit_alone(slug, f"evidence.checkpoint.{reason}", "evidence_checkpoint", checkpoint.id,
+                           after={"seq": checkpoint.seq, "key_id": checkpoint.key_id})
     folder = settings.evidence_checkpoint_dir
     return checkpoint, None if folder is None else write_checkpoint_file(folder, checkpoint)

@@ -22,6 +22,7 @@ from importlib import resources
 
 import psycopg
 
+from db.evidence.audit import record_audit_alone
 from db.evidence.verify import SOURCES, Source, source_rows
 from db.platform.pool import connection
 from db.platform.tenancy import get_tenant
@@ -112,7 +113,10 @@ def build_pack(slug: str, selection: PackSelection,
     tenant = get_tenant(slug)
     for attempt in range(SERIALIZATION_RETRIES):
         try:
-            return _build(tenant.slug, tenant.schema, selection, signer)
+            built = _build(tenant.slug, tenant.schema, selection, signer)
+            record_audit_alone(tenant.slug, "export.evidence_pack", "evidence_pack", None,
+                               after={"selection": selection.describe(), "bytes": len(built[0])})
+            return built
         except psycopg.errors.SerializationFailure:
             if attempt == SERIALIZATION_RETRIES - 1:
                 raise

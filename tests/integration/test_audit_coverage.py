@@ -372,6 +372,7 @@ NOT_AUDITED_COMMANDS = {
     "seed-demo": "the demo tenant, made with tenant create, client create, user create, apikey "
                  "create, product create and rules create, each recorded",
     "scan": MACHINERY, "sweep": MACHINERY,
+    "evidence key": READ_ONLY, "evidence verify-pack": "reads a pack file; changes nothing",
     "evidence seal": MACHINERY + " (what the clock does every EVIDENCE_SEAL_SECONDS)",
     "evidence verify": "reads the chains; its result is kept in evidence_verifications, and a "
                        "break alerts ops",
@@ -415,7 +416,32 @@ COMMANDS: dict[str, tuple[CliExercise, str]] = {
                                       _list_file(p)], "rule.created"),
     "calendar set": (lambda t, r, p: ["calendar", "set", "--tenant", t.slug, "--working-days",
                                       "1,2,3,4"], "settings.calendar"),
+    "evidence export": (lambda t, r, p: _with_a_claim(t, ["evidence", "export", "--tenant", t.slug,
+                                                          "--out", str(p / "pack.zip")]),
+                        "export.evidence_pack"),
+    "evidence checkpoint": (lambda t, r, p: ["evidence", "checkpoint", "--tenant", t.slug],
+                            "evidence.checkpoint.manual"),
+    "evidence erase-person": (lambda t, r, p: ["evidence", "erase-person", "--tenant", t.slug,
+                                               "--email", _person(t)], "person.erase"),
 }
+
+
+def _with_a_claim(tenant: Tenant, argv: list[str]) -> list[str]:
+    """A client whose d7 reminder is claimed: a pack must hold something."""
+    from datetime import date, timedelta
+
+    from db.notices.licence_scan import claim_due_milestones
+    from tests.integration.builders import add_client
+
+    add_client(tenant, date.today() + timedelta(days=7), name="Packed Ltd")
+    with tenant_tx(tenant.slug) as tx:
+        claim_due_milestones(tx, datetime.now(UTC))
+    return argv
+
+
+def _person(tenant: Tenant) -> str:
+    with tenant_tx(tenant.slug) as tx:
+        return create_user(tx, "leaving@tenant.example", Role.MEMBER, PASSWORD).email
 
 
 def _list_file(tmp_path: Path) -> str:

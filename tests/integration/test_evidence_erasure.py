@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 from psycopg import sql
 
+from db.evidence.audit import record_audit
 from db.evidence.chain import seal_tenant
 from db.evidence.verify import verify_tenant
 from db.notices.fanout import prepare_claims
 from db.notices.licence_scan import claim_due_milestones
 from db.platform.tenancy import Tenant, tenant_tx
 from db.rules.definitions import create_rule
+from domain.audit import Actor
 from tests.integration.builders import add_client
 from tests.integration.intake_support import fraud_desk
 from tests.integration.test_cli import run
@@ -65,3 +68,28 @@ def test_an_erased_persons_address_and_name_are_gone_and_the_chain_still_verifie
     seal_tenant(tenant.slug)
     report = verify_tenant(tenant.slug)
     assert report.ok, [b.describe() for b in report.breaks]
+
+
+def test_an_erased_person_leaves_the_audit_log_too_which_still_refuses_every_other_change(
+        tenant: Tenant, capsys: pytest.CaptureFixture[str]) -> None:
+    """The audit log is append-only, yet names people: who signed in, whom an admin invited.
+    The erasure rewrites those rows (the one change its trigger allows, in the erasure's own
+    transaction) and records itself by the user's id."""
+    email = "sam.signer@client.example"
+    _client, [person] = add_client(tenant, AS_OF.date() + timedelta(days=7), name="Audit Ltd", users=1)
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE users SET email = %s WHERE id = %s", [email, person.id])
+        record_audit(tx, "member.invite", "user", person.id, after={"email": email})
+        record_audit(tx, "sign_in", "session", person.id, actor=Actor.user(person.id, email, "192.0.2.7"))
+    assert "audit_log.actor_label" in _occurrences(tenant, email)
+
+    code, out, _err = run(capsys, "evidence", "erase-person", "--tenant", tenant.slug, "--email", email)
+
+    assert code == 0, out
+    assert _occurrences(tenant, email) == []
+    with tenant_tx(tenant.slug) as tx:
+        [(action, object_id)] = tx.conn.execute(
+            "SELECT action, object_id FROM audit_log WHERE action = 'person.erase'").fetchall()
+    assert (action, object_id) == ("person.erase", str(person.id))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE audit_log SET actor_label = 'someone else'")
