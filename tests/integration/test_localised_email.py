@@ -20,8 +20,6 @@ from tests.integration.portal_support import (
     PortalClient,
     csrf_token,
     local_today,
-    people,  # noqa: F401  (a fixture)
-    portal,  # noqa: F401  (a fixture)
     sign_in,
 )
 
@@ -78,6 +76,6 @@ def test_a_german_clients_user_gets_a_german_reminder_and_french_after_choosing_
         claim_due_milestones(tx, datetime.now(UTC))
         prepare_claims(tx)
     french = _send_pending_to(people, worker, ses, user.email)
-    assert french.subject == "Northwind Analytics : dernier jour avant la suspension de l’accès"
+    assert french.subject == "Northwind Analytics : dernier jour avant la suspension de l\u2019accès"
     assert format_date(tomorrow, format="long", locale="fr") in french.body
     assert french.html is not None and '<html lang="fr" dir="ltr">' in french.html
