@@ -31,6 +31,7 @@ from portal.ratelimit import ApiKeyFailures, ApiKeyRateLimit, LoginThrottle, Pas
 from portal.redaction import install_log_redaction
 from portal.routes import (
     api_keys,
+    brand,
     events_api,
     evidence,
     health,
@@ -150,7 +151,7 @@ def create_app(
             evidence.send_again, evidence.mark_delivered, *tenant_settings.ROUTES,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
-            *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES,
+            *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *brand.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

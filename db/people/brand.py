@@ -8,10 +8,10 @@ import hashlib
 
 from db.platform.tenancy import TenantTx
 from domain.errors import InvalidInput
-from domain.people.brand import check_colour, check_logo
+from domain.people.brand import Logo, check_colour, check_logo
 from domain.people.locales import valid_locale
 
-__all__ = ["save_brand", "save_logo"]
+__all__ = ["read_logo", "save_brand", "save_logo"]
 
 _MAX_TEXT = 500  # characters of a footer, a name or an address
 
@@ -58,3 +58,18 @@ def save_logo(tx: TenantTx, user_id: int, data: bytes, declared_type: str) -> st
         {"data": logo.data, "type": logo.content_type, "digest": digest, "by": user_id},
     )
     return digest
+
+
+def read_logo(tx: TenantTx, digest_prefix: str) -> Logo | None:
+    """The tenant's logo if its digest starts with ``digest_prefix`` (16 hex characters, as
+    emails name it); None for an older logo or none."""
+    if len(digest_prefix) != 16 or not all(c in "0123456789abcdef" for c in digest_prefix):
+        return None
+    row = tx.conn.execute(
+        "SELECT logo_type, logo FROM tenant_brand WHERE left(logo_sha256, 16) = %s",
+        [digest_prefix]).fetchone()
+    if row is None:
+        return None
+    data = row[1]
+    assert isinstance(data, bytes | memoryview)
+    return Logo(str(row[0]), bytes(data))

@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from db.delivery.email_context import LOGO_PATH, read_brand
+from db.delivery.email_context import read_brand
 from db.people.brand import save_brand, save_logo
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.errors import InvalidInput
@@ -36,5 +36,25 @@ def test_a_refused_brand_writes_nothing_and_a_saved_one_is_what_emails_show(tena
         brand = read_brand(tx)
     assert (brand.display_name, brand.colour, brand.default_locale) == ("Acme Compliance", "#0f5132", "de")
     shown = brand.brand("https://portal.example")
-    assert shown.logo_url == f"https://portal.example{LOGO_PATH}{digest[:16]}"
+    assert shown.logo_url == f"https://portal.example/brand/{tenant.slug}/logo/{digest[:16]}"
     assert shown.footer == "Acme GmbH, 1 Road, Berlin"
+
+
+def test_the_logo_is_served_publicly_by_its_digest_with_cache_headers(tenant: Tenant) -> None:
+    from litestar.testing import TestClient
+
+    from tocsin.boot.web import build_app
+
+    admin = add_admin(tenant)
+    with tenant_tx(tenant.slug) as tx:
+        digest = save_logo(tx, admin.id, SVG, "image/svg+xml")
+        url = read_brand(tx).brand("").logo_url
+    assert url == f"/brand/{tenant.slug}/logo/{digest[:16]}"
+    with TestClient(app=build_app()) as client:  # no session: as a mail client fetches it
+        response = client.get(url)
+        assert response.status_code == 200 and response.content == SVG
+        assert response.headers["content-type"].startswith("image/svg+xml")
+        assert "immutable" in response.headers["cache-control"]
+        assert "default-src 'none'" in response.headers["content-security-policy"]
+        assert client.get(f"/brand/{tenant.slug}/logo/{'0' * 16}").status_code == 404
+        assert client.get(f"/brand/nosuchtenant/logo/{digest[:16]}").status_code == 404
