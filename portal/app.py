@@ -32,6 +32,7 @@ from portal.redaction import install_log_redaction
 from portal.routes import (
     api_keys,
     brand,
+    branding,
     events_api,
     evidence,
     health,
@@ -151,7 +152,7 @@ def create_app(
             evidence.send_again, evidence.mark_delivered, *tenant_settings.ROUTES,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
-            *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *brand.ROUTES,
+            *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *brand.ROUTES, *branding.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
