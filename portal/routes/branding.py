@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated
+from urllib.parse import urlencode
 
 from litestar import get, post
 from litestar.datastructures import UploadFile
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, QueryParameter
-from litestar.response import Redirect, Template
+from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_200_OK, HTTP_303_SEE_OTHER, HTTP_422_UNPROCESSABLE_ENTITY
 
 from db.delivery.email_context import BrandRow, read_brand
@@ -30,8 +31,8 @@ from tocsin.core import runtime
 from tocsin.core.clock import utcnow
 from tocsin.providers.email_compose import render_email
 
-__all__ = ["ROUTES", "BrandForm", "LogoForm", "branding_page", "preview_brand", "save_brand_form",
-           "upload_logo"]
+__all__ = ["DONE", "ROUTES", "BrandForm", "LogoForm", "branding_page", "preview_brand", "preview_document",
+           "save_brand_form", "upload_logo"]
 
 DONE = {"brand": "Saved. The next emails carry this brand.", "logo": "Logo saved."}
 
@@ -79,12 +80,18 @@ def _preview(form: BrandForm, row: BrandRow, tenant_name: str) -> str:
     return render_email(facts, "UTC", brand, portal_url, portal_url + "/unsubscribe/example").html
 
 
+def _frame_url(form: BrandForm) -> str:
+    return "/settings/brand/preview?" + urlencode(
+        {"display_name": form.display_name[:200], "colour": form.colour[:7], "footer": form.footer[:500],
+         "default_locale": form.default_locale[:5]})
+
+
 def _page(viewer: Viewer, form: BrandForm, row: BrandRow, unread: int, *, error: str = "",
           notice: str = "", status: int = HTTP_200_OK) -> Template:
     return Template("branding.html", status_code=status, context={
         "viewer": viewer, "unread": unread, "section": "settings", "form": form, "error": error,
         "notice": notice, "languages": LOCALE_NAMES, "logo_url": row.brand("").logo_url,
-        "preview": _preview(form, row, viewer.tenant.name), "max_logo_kb": MAX_LOGO_BYTES // 1024})
+        "frame_url": _frame_url(form), "max_logo_kb": MAX_LOGO_BYTES // 1024})
 
 
 @get("/settings/brand", sync_to_thread=True)
@@ -101,9 +108,30 @@ def preview_brand(viewer: CurrentViewer,
                   data: Annotated[BrandForm, Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Template:
     """The preview's frame for the values being typed (nothing is saved)."""
     _admin(viewer)
+    return Template("_brand_preview.html", context={"frame_url": _frame_url(data)})
+
+
+# The email is a document of its own, framed by the page: its inline styles are what mail
+# clients get, and the portal's policy (no inline styles) would strip them from a srcdoc frame.
+_PREVIEW_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data: {portal}; "
+                   "frame-ancestors 'self'; base-uri 'none'; form-action 'none'")
+
+
+@get("/settings/brand/preview", sync_to_thread=True)
+def preview_document(
+    viewer: CurrentViewer,
+    display_name: Annotated[str, QueryParameter(max_length=200)] = "",
+    colour: Annotated[str, QueryParameter(max_length=7)] = "",
+    footer: Annotated[str, QueryParameter(max_length=500)] = "",
+    default_locale: Annotated[str, QueryParameter(max_length=5)] = "",
+) -> Response[str]:
+    _admin(viewer)
     with tenant_tx(viewer.tenant.slug) as tx:
         row = read_brand(tx)
-    return Template("_brand_preview.html", context={"preview": _preview(data, row, viewer.tenant.name)})
+    form = BrandForm(display_name, colour, footer, default_locale=default_locale)
+    policy = _PREVIEW_POLICY.replace("{portal}", runtime.settings().portal_url)
+    return Response(_preview(form, row, viewer.tenant.name), media_type="text/html",
+                    headers={"Content-Security-Policy": policy, "X-Frame-Options": "SAMEORIGIN"})
 
 
 @post("/settings/brand", sync_to_thread=True)
@@ -161,4 +189,4 @@ async def _refused_logo(viewer: Viewer, error: str) -> Template:
     return await to_thread.run_sync(page)
 
 
-ROUTES = [branding_page, preview_brand, save_brand_form, upload_logo]
+ROUTES = [branding_page, preview_brand, preview_document, save_brand_form, upload_logo]

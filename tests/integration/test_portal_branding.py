@@ -4,6 +4,9 @@ message that says why, and nobody else sees the page."""
 
 from __future__ import annotations
 
+import html
+import re
+
 from tests.integration.builders import scalar
 from tests.integration.portal_support import People, PortalClient, csrf_token, sign_in
 
@@ -27,7 +30,13 @@ def test_an_admin_brands_the_emails_and_bad_colours_and_logos_are_refused(
 
     preview = portal.post("/settings/brand/preview", data={**form, "colour": "#0f5132"},
                           headers={"HX-Request": "true"})
-    assert preview.status_code == 200 and "Portalzugang" in preview.text  # German, as chosen
+    assert preview.status_code == 200
+    frame = re.search(r'src="([^"]+)"', preview.text)
+    assert frame
+    document = portal.get(html.unescape(frame.group(1)))
+    assert document.status_code == 200 and "Portalzugang" in document.text  # German, as chosen
+    assert "#0f5132" in document.text and "Acme GmbH, 1 Road, Berlin" in document.text
+    assert "style-src 'unsafe-inline'" in document.headers["content-security-policy"]
     saved = portal.post("/settings/brand", data={**form, "colour": "#0F5132"}, follow_redirects=False)
     assert saved.status_code == 303
     assert scalar(people.tenant, "SELECT colour || ' ' || default_locale FROM tenant_brand") == "#0f5132 de"
