@@ -45,6 +45,7 @@ def test_a_german_clients_user_gets_a_german_reminder_and_french_after_choosing_
     with tenant_tx(slug) as tx:
         tx.conn.execute("UPDATE clients SET locale = 'de' WHERE id = %s", [people.client.id])
         tx.conn.execute("UPDATE users SET time_zone = 'Europe/Berlin' WHERE id = %s", [user.id])
+        tx.conn.execute("INSERT INTO tenant_brand (reply_to) VALUES ('help@northwind-tenant.example')")
     due = people.client.access_expires_on
 
     german = _send_pending_to(people, worker, ses, user.email)
@@ -54,6 +55,7 @@ def test_a_german_clients_user_gets_a_german_reminder_and_french_after_choosing_
     assert german.content_type == "multipart/alternative"
     assert german.html is not None and '<html lang="de" dir="ltr">' in german.html
     assert german.headers["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    assert german.headers["Reply-To"] == "help@northwind-tenant.example"  # the brand's
     # The admin has no client and no choice: the organisation's language (English).
     admin = _send_pending_to(people, worker, ses, people.admin.email)
     assert admin.subject == "Northwind Analytics: one week until access pauses"

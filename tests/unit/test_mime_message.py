@@ -278,3 +278,13 @@ def test_an_html_part_with_a_line_too_long_for_7bit_goes_base64_and_reads_back_w
     assert b"Content-Transfer-Encoding: base64\n" in composed
     assert read_parts(composed)[1][1] == ("text/html", outgoing.html + "\n")
     assert_sendable(composed)
+
+
+@pytest.mark.parametrize("reply_to", ["help@acme.example", "Acme Help <help@acme.example>"])
+def test_the_brands_reply_to_reads_back_as_the_standard_librarys(reply_to: str) -> None:
+    composer = MessageComposer(SENDERS[0])
+    outgoing = OutgoingEmail("<a@b>", "zoe@example.com", "Hi", "x", {}, html="<p>x</p>", reply_to=reply_to)
+    composed = composer.compose(outgoing, DATE)
+    assert read_parts(composed) == read_parts(composer.compose_by_stdlib(outgoing, DATE))
+    assert dict(read_parts(composed)[0])["Reply-To"] == reply_to
+    assert composes_directly(composer, outgoing) == ("<" not in reply_to)

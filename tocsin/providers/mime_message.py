@@ -19,6 +19,7 @@ Accepted by the direct path, each value whole (otherwise the standard library co
                      characters outside ASCII, any words without control characters
                      joined by single spaces, written as RFC 2047 base64 words
   Message-ID         <dot-atom@dot-atom>
+  Reply-To           (when set) a bare addr-spec, as To
   List-Unsubscribe   <URL>, the URL printable ASCII without spaces
   the body           any text (7bit when ASCII with lines of at most 998 characters,
                      else quoted-printable UTF-8)
@@ -130,6 +131,8 @@ class MessageComposer:
         message["Subject"] = email.subject
         message["Date"] = date or utcnow()
         message["Message-ID"] = email.message_id
+        if email.reply_to:
+            message["Reply-To"] = email.reply_to
         if email.unsubscribe_url:
             message["List-Unsubscribe"] = f"<{email.unsubscribe_url}>"
             message["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
@@ -143,6 +146,8 @@ class MessageComposer:
         path (see the module's docstring)."""
         fields = [("To", email.to, _ADDR_SPEC), ("Subject", email.subject, _WORDS),
                   ("Message-ID", email.message_id, _MESSAGE_ID)]
+        if email.reply_to:
+            fields.append(("Reply-To", email.reply_to, _ADDR_SPEC))
         if email.unsubscribe_url:
             fields.append(("List-Unsubscribe", f"<{email.unsubscribe_url}>", _BRACKETED_URL))
         lines = [self._from_line]
