@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 CONSTRAINTS := constraints.txt
 LOCK_VENV := .venv-lock
 
-.PHONY: run test test-rabbitmq test-pgbouncer pgbouncer lint chromium fuzz docs settings-doc bench bench-portal bench-deliver bench-tenants bench-rules bench-events bench-obligations lock clean
+.PHONY: run test test-rabbitmq test-pgbouncer pgbouncer lint chromium fuzz docs settings-doc translations bench bench-portal bench-deliver bench-tenants bench-rules bench-events bench-obligations lock clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" || { echo "Tocsin needs Python 3.11 or newer on PATH"; exit 1; }
@@ -98,6 +98,20 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
 # docs/operations/configuration.md from the settings classes and tocsin/core/settings_docs.py.
+# Extract the gettext messages (babel.cfg) and update every shipped catalog (en, de, fr):
+# new messages arrive untranslated, and tests/unit/test_translations.py fails until they are.
+LOCALES := en de fr
+LOCALE_DIR := tocsin/core/locale
+translations: $(STAMP)
+	$(BIN)/pybabel extract -F babel.cfg -k N_ --no-location --sort-output --omit-header \
+	  -o $(LOCALE_DIR)/messages.pot domain tocsin
+	for l in $(LOCALES); do \
+	  if [ -f $(LOCALE_DIR)/$$l/LC_MESSAGES/messages.po ]; then \
+	    $(BIN)/pybabel update --no-fuzzy-matching --omit-header -i $(LOCALE_DIR)/messages.pot \
+	      -d $(LOCALE_DIR) -l $$l; \
+	  else $(BIN)/pybabel init -i $(LOCALE_DIR)/messages.pot -d $(LOCALE_DIR) -l $$l; fi; \
+	done
+
 settings-doc: $(STAMP)
 	$(BIN)/python -m tocsin.boot.settings_doc
 

@@ -244,7 +244,8 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings,
                                     context.brand.brand(settings.portal_url), settings.portal_url,
                                     unsubscribe)
             return OutgoingEmail(message_id, claim.recipient, rendered.subject, rendered.text, tags,
-                                 unsubscribe_url=unsubscribe, html=rendered.html)
+                                 unsubscribe_url=unsubscribe, html=rendered.html,
+                                 reply_to=context.brand.reply_to or None)
         except Exception:  # a reminder is never lost to its layout: it goes as plain text
             log.exception("delivery tenant=%s id=%d could not be rendered; sent as plain text",
                           slug, claim.delivery_id)

@@ -32,6 +32,8 @@ from portal.redaction import install_log_redaction
 from portal.routes import (
     api_keys,
     audit,
+    brand,
+    branding,
     client_admin,
     client_import,
     events_api,
@@ -158,7 +160,7 @@ def create_app(
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *webhooks.ROUTES,
             *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
-            *client_import.ROUTES, *evidence_chain.ROUTES,
+            *client_import.ROUTES, *evidence_chain.ROUTES, *brand.ROUTES, *branding.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

@@ -19,7 +19,7 @@ from domain.people.locales import resolve_locale
 
 __all__ = ["LOGO_PATH", "BrandRow", "EmailContext", "email_contexts", "read_brand"]
 
-LOGO_PATH = "/brand/logo/"  # + the logo's digest: the portal serves it there, cacheable for good
+LOGO_PATH = "/brand/{slug}/logo/"  # + the logo's digest: the portal serves it there, cached for good
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,12 @@ class BrandRow:
     default_locale: str | None
     logo_sha256: str | None
     logo_type: str | None
+    slug: str = ""
 
     def brand(self, portal_url: str) -> Brand:
         """The brand an email shows; the logo by absolute URL (mail clients fetch it)."""
-        logo = f"{portal_url}{LOGO_PATH}{self.logo_sha256[:16]}" if self.logo_sha256 else None
+        path = LOGO_PATH.replace("{slug}", self.slug)
+        logo = f"{portal_url}{path}{self.logo_sha256[:16]}" if self.logo_sha256 else None
         return Brand(self.display_name, self.colour, logo, self.footer)
 
 
@@ -51,10 +53,10 @@ def read_brand(tx: TenantTx) -> BrandRow:
         "SELECT display_name, colour, sender_name, reply_to, footer, default_locale, logo_sha256, "
         "logo_type FROM tenant_brand").fetchone()
     if row is None:
-        return BrandRow(tx.tenant.name, DEFAULT_COLOUR, "", "", "", None, None, None)
+        return BrandRow(tx.tenant.name, DEFAULT_COLOUR, "", "", "", None, None, None, tx.tenant.slug)
     name, colour, sender, reply_to, footer, locale, sha, kind = (None if v is None else str(v) for v in row)
     return BrandRow(name or tx.tenant.name, colour or DEFAULT_COLOUR, sender or "", reply_to or "",
-                    footer or "", locale, sha, kind)
+                    footer or "", locale, sha, kind, tx.tenant.slug)
 
 
 _CONTEXT = """

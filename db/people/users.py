@@ -15,6 +15,7 @@ from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.people.identity import Role, valid_email, valid_name
+from domain.people.locales import valid_locale
 from tocsin.core import runtime
 from tocsin.core.settings import PasswordHashCost
 
@@ -24,8 +25,10 @@ __all__ = [
     "User",
     "authenticate",
     "create_user",
+    "email_language",
     "generate_password",
     "get_user",
+    "set_email_language",
     "set_password",
     "spend_a_password_check",
     "valid_password",
@@ -174,3 +177,16 @@ def set_password(tx: TenantTx, user_id: int, password: str) -> User:
 
 def generate_password() -> str:
     return secrets.token_urlsafe(12)
+
+
+def email_language(tx: TenantTx, user_id: int) -> str | None:
+    """The user's own choice of language for their emails; None: their client's or the
+    organisation's (domain.people.locales.resolve_locale)."""
+    row = tx.conn.execute("SELECT locale FROM users WHERE id = %s", [user_id]).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def set_email_language(tx: TenantTx, user_id: int, locale: str | None) -> None:
+    """Choose the language of the user's next emails (None: follow the organisation)."""
+    tx.conn.execute("UPDATE users SET locale = %s WHERE id = %s",
+                    [None if locale is None else valid_locale(locale), user_id])

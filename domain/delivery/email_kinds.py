@@ -24,11 +24,11 @@ from domain.delivery.email_content import (
     EmailContent,
     paragraphs_of,
 )
+from domain.messages import N_
 from domain.notices.licence import COPY, RENEWED
 
 __all__ = [
     "KINDS",
-    "N_",
     "DigestEntry",
     "EmailFacts",
     "Formats",
@@ -166,11 +166,6 @@ def _licence(facts: EmailFacts, links: Links, words: Words, formats: Formats) ->
                 "{milestone}", _(milestone))
     return (subject, preheader, paragraphs_of(body), Action(label, links.absolute(facts.href)),
             why, (), "")
-
-
-def N_(message: str) -> str:
-    """Marks a message id for extraction where it is translated later (gettext's N_)."""
-    return message
 
 
 _MILESTONE_NAMES = {

@@ -17,6 +17,7 @@ from datetime import date, timedelta
 from enum import StrEnum
 
 from domain.errors import TocsinError
+from domain.messages import N_
 from domain.people.identity import Plan
 from domain.state_machine import StateMachine
 
@@ -214,61 +215,61 @@ def window_table() -> tuple[WindowRow, ...]:
 # date, both filled in by the claim that writes the inbox row.
 COPY: dict[str, tuple[str, str]] = {
     "d90": (
-        "{client}: portal access renews in 90 days",
-        "Access for {client} runs until {date}. If your organisation needs a purchase order, "
-        "now is a good time to start it.",
+        N_("{client}: portal access renews in 90 days"),
+        N_("Access for {client} runs until {date}. If your organisation needs a purchase order, "
+        "now is a good time to start it."),
     ),
     "d60": (
-        "{client}: portal access renews in 60 days",
-        "Access for {client} runs until {date}. Renewing early keeps your compliance "
-        "records and reminders uninterrupted.",
+        N_("{client}: portal access renews in 60 days"),
+        N_("Access for {client} runs until {date}. Renewing early keeps your compliance "
+        "records and reminders uninterrupted."),
     ),
     "d30": (
-        "{client}: portal access renews in 30 days",
-        "Access for {client} runs until {date}. Renew now to keep every reminder and record "
-        "in place.",
+        N_("{client}: portal access renews in 30 days"),
+        N_("Access for {client} runs until {date}. Renew now to keep every reminder and record "
+        "in place."),
     ),
     "d14": (
-        "{client}: two weeks until access renews",
-        "Access for {client} ends on {date}. Renewal takes one click from your portal.",
+        N_("{client}: two weeks until access renews"),
+        N_("Access for {client} ends on {date}. Renewal takes one click from your portal."),
     ),
     "d7": (
-        "{client}: one week until access pauses",
-        "Access for {client} ends on {date}. Renew now so your team keeps working without a "
-        "break.",
+        N_("{client}: one week until access pauses"),
+        N_("Access for {client} ends on {date}. Renew now so your team keeps working without a "
+        "break."),
     ),
     "d1": (
-        "{client}: last day before access pauses",
-        "Access for {client} ends on {date}. Renew today to avoid the pause.",
+        N_("{client}: last day before access pauses"),
+        N_("Access for {client} ends on {date}. Renew today to avoid the pause."),
     ),
     "expiry": (
-        "{client}: annual licence expired",
-        "Access for {client} lapsed on {date}. Your data is kept; renew in one click to "
-        "restore access.",
+        N_("{client}: annual licence expired"),
+        N_("Access for {client} lapsed on {date}. Your data is kept; renew in one click to "
+        "restore access."),
     ),
     "grace1": (
-        "{client}: access paused - reactivate in one click",
-        "Access for {client} has been paused since {date}. Everything is kept; reactivate "
-        "in one click.",
+        N_("{client}: access paused - reactivate in one click"),
+        N_("Access for {client} has been paused since {date}. Everything is kept; reactivate "
+        "in one click."),
     ),
     "grace3": (
-        "{client}: your records are waiting",
-        "Access for {client} has been paused since {date}. Reactivate to pick up where you "
-        "left off.",
+        N_("{client}: your records are waiting"),
+        N_("Access for {client} has been paused since {date}. Reactivate to pick up where you "
+        "left off."),
     ),
     "grace7": (
-        "{client}: final reminder before the account closes",
-        "Access for {client} has been paused since {date}. The account closes soon; data is "
-        "kept and an administrator can still reactivate it.",
+        N_("{client}: final reminder before the account closes"),
+        N_("Access for {client} has been paused since {date}. The account closes soon; data is "
+        "kept and an administrator can still reactivate it."),
     ),
     "closed": (
-        "{client}: account closed",
-        "The account for {client} closed after its grace period (access lapsed on {date}). "
-        "Data is kept; an administrator can reactivate it.",
+        N_("{client}: account closed"),
+        N_("The account for {client} closed after its grace period (access lapsed on {date}). "
+        "Data is kept; an administrator can reactivate it."),
     ),
     RENEWED: (
-        "{client}: access renewed until {date}",
-        "The licence for {client} has been renewed, so access now runs until {date}. Thank "
-        "you: every reminder and record carries on as before.",
+        N_("{client}: access renewed until {date}"),
+        N_("The licence for {client} has been renewed, so access now runs until {date}. Thank "
+        "you: every reminder and record carries on as before."),
     ),
 }

@@ -27,6 +27,7 @@ from db.people.preferences import (
     save_schedule,
     save_user_preference,
 )
+from db.people.users import email_language, set_email_language
 from db.platform.tenancy import tenant_tx
 from domain.delivery.preferences import Frequency, Preference, valid_category, valid_frequency
 from domain.delivery.quiet_hours import (
@@ -41,6 +42,7 @@ from domain.delivery.quiet_hours import (
 )
 from domain.errors import InvalidInput, NotFound
 from domain.people.identity import WHOLE_NUMBER, Role
+from domain.people.locales import LOCALE_NAMES
 from portal.auth import CurrentViewer, Viewer
 from tocsin.core.clock import utcnow
 
@@ -51,10 +53,12 @@ __all__ = [
     "CategoryForm",
     "DefaultForm",
     "Form",
+    "LanguageForm",
     "ScheduleForm",
     "preference_centre",
     "save_category",
     "save_delivery_schedule",
+    "save_email_language",
     "save_tenant_default",
     "tenant_defaults",
 ]
@@ -124,8 +128,29 @@ def preference_centre(viewer: CurrentViewer) -> Template:
         rows = preference_matrix(tx, viewer.user.id)
         schedule = delivery_schedule(tx, viewer.user.id)
         unread = unread_count(tx, viewer.user.id)
-    context = _common(viewer) | {"rows": rows, "schedule": _schedule_context(schedule), "unread": unread}
+        language = email_language(tx, viewer.user.id)
+    context = _common(viewer) | {"rows": rows, "schedule": _schedule_context(schedule), "unread": unread,
+                                 "language": language or "", "languages": LOCALE_NAMES}
     return Template("preferences.html", context=context)
+
+
+@dataclass
+class LanguageForm:
+    locale: str = ""  # "" follows the organisation's language
+
+
+@post("/preferences/language", sync_to_thread=True, status_code=HTTP_200_OK)
+def save_email_language(
+    request: HTMXRequest, viewer: CurrentViewer, data: Annotated[LanguageForm, Form]
+) -> Template | Redirect:
+    """The language of the viewer's next emails (an unknown one is a 400, by InvalidInput)."""
+    with tenant_tx(viewer.tenant.slug) as tx:
+        set_email_language(tx, viewer.user.id, data.locale or None)
+    if not request.htmx:
+        return Redirect("/preferences", status_code=HTTP_303_SEE_OTHER)
+    name = LOCALE_NAMES.get(data.locale, "the organisation's language")
+    return Template(template_str="<span role=\"status\">Saved: your next emails are in {{ name }}.</span>",
+                    context={"name": name})
 
 
 @post("/preferences/categories/{category:str}", sync_to_thread=True, status_code=HTTP_200_OK)
@@ -251,4 +276,5 @@ def save_tenant_default(
         status_code=HTTP_422_UNPROCESSABLE_ENTITY if errors else HTTP_200_OK,
     )
 
-ROUTES = [preference_centre, save_category, save_delivery_schedule, tenant_defaults, save_tenant_default]
+ROUTES = [preference_centre, save_category, save_delivery_schedule, tenant_defaults, save_tenant_default,
+          save_email_language]

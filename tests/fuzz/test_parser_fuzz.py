@@ -147,3 +147,22 @@ def test_no_generated_token_or_sns_message_gets_a_server_error_from_the_portal(
     # The signed messages above could reach the handler: a genuine one is accepted.
     genuine_event = json.dumps(sns_signer.notification({"eventType": "Open", "mail": {}})).encode()
     assert client.send("POST", "/hooks/ses", content=genuine_event).status_code == 200
+
+
+SVG_PARTS = st.sampled_from([
+    b'<svg xmlns="http://www.w3.org/2000/svg">', b"</svg>", b"<script>", b'onload="x()"', b"<!DOCTYPE",
+    b'<image href="https://x.example/a.png"/>', b"<style>@import url(a);</style>", b"<rect/>",
+    b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"<?xml version='1.0'?>", b"&", b"<", b"\x00"])
+
+
+@QUICK
+@given(data=st.one_of(st.binary(max_size=300), st.lists(SVG_PARTS, max_size=8).map(b"".join)),
+       declared=st.sampled_from(["image/png", "image/jpeg", "image/svg+xml", "", "text/html"]))
+def test_the_logo_check_refuses_any_bytes_with_its_own_error(data: bytes, declared: str) -> None:
+    from domain.people.brand import check_logo
+
+    with suppress(InvalidInput):
+        logo = check_logo(data, declared)
+        assert logo.content_type in ("image/png", "image/jpeg", "image/svg+xml")
+        if logo.content_type == "image/svg+xml":
+            assert b"<script" not in data.lower()  # as an element it is refused, as text it cannot parse

@@ -10,6 +10,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from email.header import decode_header, make_header
 from email.message import Message
 from typing import Any
 
@@ -106,7 +107,8 @@ class SesOutbox:
             html = parts["text/html"].get_payload(decode=True) if "text/html" in parts else None
             assert html is None or isinstance(html, bytes)
             out.append(SentEmail(str(raw["id"]), str(message["Message-ID"]), str(message["To"]),
-                                 str(message["Subject"]), payload.decode(),
+                                 str(make_header(decode_header(str(message["Subject"])))),
+                                 payload.decode(),
                                  {k: str(v) for k, v in message.items()},
                                  html.decode() if html is not None else None,
                                  message.get_content_type()))

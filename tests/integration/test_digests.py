@@ -132,6 +132,12 @@ def test_two_digest_builders_racing_produce_one_digest_email(tenant: Tenant, ses
         deliver_email(tenant.slug, digest_delivery)
     [email] = ses.sent()
     assert email.subject == "Daily digest: 5 notifications"
+    # An HTML summary too, grouped by client and rule, each group with its count and due date.
+    assert email.content_type == "multipart/alternative" and email.html is not None
+    for n in range(5):
+        assert f"Race {n} · Licence (1 notification)" in email.body
+        assert f"Race {n} &#183; Licence" in email.html
+    assert email.html.count("due 9 October 2027") == 5
 
 
 def test_an_item_whose_recipient_opted_out_after_batching_is_cancelled_not_listed(tenant: Tenant) -> None:

@@ -5,6 +5,7 @@ Used by the rendering tests, the browser screenshots and bench/render.py."""
 from __future__ import annotations
 
 from datetime import date
+from typing import Any
 
 from domain.delivery.email_content import Brand
 from domain.delivery.email_kinds import KINDS, DigestEntry, EmailFacts, kind_of
@@ -22,9 +23,9 @@ BRAND = Brand("Acme Compliance", "#0f5132", PORTAL + "/brand/logo/0123456789abcd
 def sample_facts(locale: str = "en") -> dict[str, EmailFacts]:
     """Facts of every kind in ``locale``, by kind."""
     due = date(2027, 3, 31)
-    base = {"locale": locale, "tenant_name": "Acme Compliance", "recipient_name": "Zoë Weber"}
-    licence = {**base, "category": "license_expiring", "title": "", "body": "", "href": "/licence",
-               "client_name": HOSTILE, "due_on": due}
+    base: dict[str, Any] = {"locale": locale, "tenant_name": "Acme Compliance", "recipient_name": "Zoë Weber"}
+    licence: dict[str, Any] = {**base, "category": "license_expiring", "title": "", "body": "",
+                               "href": "/licence", "client_name": HOSTILE, "due_on": due}
     facts = [
         EmailFacts(**licence, threshold="d30"),
         EmailFacts(**licence, threshold="expiry"),

@@ -15,8 +15,11 @@ standard library, which is told to keep the message 7-bit clean too.
 
 Accepted by the direct path, each value whole (otherwise the standard library composes it):
   To                 a bare addr-spec, dot-atom@dot-atom (RFC 5322 atext)
-  Subject            printable ASCII words joined by single spaces, not empty
+  Subject            printable ASCII words joined by single spaces, not empty; or, with
+                     characters outside ASCII, any words without control characters
+                     joined by single spaces, written as RFC 2047 base64 words
   Message-ID         <dot-atom@dot-atom>
+  Reply-To           (when set) a bare addr-spec, as To
   List-Unsubscribe   <URL>, the URL printable ASCII without spaces
   the body           any text (7bit when ASCII with lines of at most 998 characters,
                      else quoted-printable UTF-8)
@@ -25,14 +28,15 @@ header line longer than 998 characters, which it would fold. From is the sender'
 for every email: the standard library writes its line once.
 
 The multipart form's boundary is derived from the Message-ID, so a resend is byte for byte the
-same message apart from its Date; the HTML part is always quoted-printable (its lines are long
-and it is often not ASCII), and "=_" cannot occur in quoted-printable text, so a boundary that
-starts with it cannot collide with a part (a text part sent 7bit that contains it goes
-quoted-printable too).
+same message apart from its Date. "=_" cannot occur in quoted-printable or base64 text, so a
+boundary that starts with it cannot collide with an encoded part; a part sent 7bit that
+contains the boundary is encoded instead. The HTML part writes characters outside ASCII as
+character references and goes 7bit, or base64 when a line is too long (see _html_part).
 """
 
 from __future__ import annotations
 
+import base64
 import binascii
 import email.policy
 import hashlib
@@ -80,7 +84,10 @@ _DOT_ATOM = rf"{_ATEXT}+(?:\.{_ATEXT}+)*"
 _ADDR_SPEC = re.compile(rf"{_DOT_ATOM}@{_DOT_ATOM}")
 _MESSAGE_ID = re.compile(rf"<{_DOT_ATOM}@{_DOT_ATOM}>")
 _WORDS = re.compile(r"[!-~]+(?: [!-~]+)*")  # printable ASCII, single spaces, none at the ends
+# Any other language's words: no control characters, single spaces, none at the ends.
+_UNICODE_WORDS = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]+(?: [^\s\x00-\x1f\x7f-\x9f]+)*")
 _BRACKETED_URL = re.compile(r"<[!-~]+>")
+_WORD_BYTES = 39  # UTF-8 bytes per RFC 2047 word: 52 base64 characters, 64 in all (RFC 2047: <= 75)
 _ENCODED_WORD_START = "=?"
 
 _TEXT_PLAIN = 'Content-Type: text/plain; charset="utf-8"\n'
@@ -108,13 +115,13 @@ class MessageComposer:
                     "MIME-Version: 1.0\n\n").encode() + body
         boundary = "=_" + hashlib.sha256(email.message_id.encode()).hexdigest()[:32]
         encoding, text = _encoded(email.text, avoid=boundary)
-        html = _quoted_printable(email.html)
+        html_encoding, html = _html_part(email.html, boundary)
         # Each part ends with its body's newline plus the one that belongs to the boundary
         # line (RFC 2046), as the standard library writes it.
         return b"".join([
             f'{headers}MIME-Version: 1.0\nContent-Type: multipart/alternative; boundary="{boundary}"\n'
             f"\n--{boundary}\n{_TEXT_PLAIN}Content-Transfer-Encoding: {encoding}\n\n".encode(), text,
-            f"\n--{boundary}\n{_TEXT_HTML}Content-Transfer-Encoding: quoted-printable\n\n".encode(),
+            f"\n--{boundary}\n{_TEXT_HTML}Content-Transfer-Encoding: {html_encoding}\n\n".encode(),
             html, f"\n--{boundary}--\n".encode()])
 
     def compose_by_stdlib(self, email: OutgoingEmail, date: datetime | None = None) -> bytes:
@@ -124,6 +131,8 @@ class MessageComposer:
         message["Subject"] = email.subject
         message["Date"] = date or utcnow()
         message["Message-ID"] = email.message_id
+        if email.reply_to:
+            message["Reply-To"] = email.reply_to
         if email.unsubscribe_url:
             message["List-Unsubscribe"] = f"<{email.unsubscribe_url}>"
             message["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
@@ -137,10 +146,17 @@ class MessageComposer:
         path (see the module's docstring)."""
         fields = [("To", email.to, _ADDR_SPEC), ("Subject", email.subject, _WORDS),
                   ("Message-ID", email.message_id, _MESSAGE_ID)]
+        if email.reply_to:
+            fields.append(("Reply-To", email.reply_to, _ADDR_SPEC))
         if email.unsubscribe_url:
             fields.append(("List-Unsubscribe", f"<{email.unsubscribe_url}>", _BRACKETED_URL))
         lines = [self._from_line]
         for name, value, pattern in fields:
+            if (name == "Subject" and not value.isascii() and _UNICODE_WORDS.fullmatch(value)
+                    and _ENCODED_WORD_START not in value):
+                lines.append(f"Subject: {_encoded_words(value)}\n")
+                lines.append(f"Date: {format_datetime(date)}\n")
+                continue
             if (not pattern.fullmatch(value) or _ENCODED_WORD_START in value
                     or len(name) + 2 + len(value) > MAX_LINE):
                 return None
@@ -163,5 +179,25 @@ def _encoded(text: str, avoid: str | None = None) -> tuple[str, bytes]:
     return "quoted-printable", binascii.b2a_qp(body)  # =XX for non-ASCII, blanks, "="; 76 wide
 
 
-def _quoted_printable(text: str) -> bytes:
-    return binascii.b2a_qp(b"\n".join(text.encode("utf-8").splitlines()) + b"\n")
+def _encoded_words(value: str) -> str:
+    """A non-ASCII header value as RFC 2047 base64 words of whole characters, one per folded
+    line: a reader joins adjacent words and drops the folding between them."""
+    data, words, start = value.encode("utf-8"), [], 0
+    while start < len(data):
+        end = min(start + _WORD_BYTES, len(data))
+        while end < len(data) and data[end] & 0xC0 == 0x80:  # not inside a character
+            end -= 1
+        words.append(binascii.b2a_base64(data[start:end], newline=False).decode())
+        start = end
+    return "\n ".join(f"=?utf-8?b?{word}?=" for word in words)
+
+
+def _html_part(html: str, boundary: str) -> tuple[str, bytes]:
+    """The HTML part's transfer encoding and body. Characters outside ASCII become character
+    references (the HTML reads the same), so the part is usually 7bit and costs no encoding;
+    one with a line longer than 998 characters goes base64 (quoted-printable costs several
+    times more CPU for a 10 kB part)."""
+    body = b"\n".join(html.encode("ascii", "xmlcharrefreplace").splitlines()) + b"\n"
+    if max(map(len, body.split(b"\n"))) <= MAX_LINE and boundary.encode() not in body:
+        return "7bit", body
+    return "base64", base64.encodebytes(body)  # 76-character lines

@@ -44,6 +44,7 @@ class OutgoingEmail:
     tags: dict[str, str]
     unsubscribe_url: str | None = None  # List-Unsubscribe, with RFC 8058 one-click POST
     html: str | None = None  # with it, multipart/alternative: text/plain then text/html
+    reply_to: str | None = None  # the tenant's brand's reply-to address (Reply-To)
 
 
 @dataclass(frozen=True)
