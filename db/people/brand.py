@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
+from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from domain.errors import InvalidInput
 from domain.people.brand import Logo, check_colour, check_logo
@@ -26,6 +27,9 @@ def save_brand(tx: TenantTx, user_id: int, *, display_name: str, colour: str, fo
             raise InvalidInput(f"the {label} is longer than {_MAX_TEXT} characters")
     if reply_to and "@" not in reply_to:
         raise InvalidInput(f"the reply-to {reply_to!r} is not an email address")
+    before = tx.conn.execute(
+        "SELECT display_name, colour, footer, sender_name, reply_to, default_locale FROM tenant_brand"
+    ).fetchone()
     tx.conn.execute(
         """
         INSERT INTO tenant_brand (display_name, colour, footer, sender_name, reply_to, default_locale,
@@ -40,6 +44,11 @@ def save_brand(tx: TenantTx, user_id: int, *, display_name: str, colour: str, fo
          "sender": sender_name.strip(), "reply": reply_to.strip(),
          "locale": None if default_locale is None else valid_locale(default_locale), "by": user_id},
     )
+    fields = ("display_name", "colour", "footer", "sender_name", "reply_to", "default_locale")
+    after = tx.conn.execute(f"SELECT {', '.join(fields)} FROM tenant_brand").fetchone()
+    record_audit(tx, "settings.brand", "brand", None,
+                 before=None if before is None else dict(zip(fields, before, strict=True)),
+                 after=None if after is None else dict(zip(fields, after, strict=True)))
 
 
 def save_logo(tx: TenantTx, user_id: int, data: bytes, declared_type: str) -> str:
@@ -57,6 +66,8 @@ def save_logo(tx: TenantTx, user_id: int, data: bytes, declared_type: str) -> st
         """,
         {"data": logo.data, "type": logo.content_type, "digest": digest, "by": user_id},
     )
+    record_audit(tx, "settings.brand_logo", "brand", None,
+                 after={"type": logo.content_type, "sha256": digest, "bytes": len(logo.data)})
     return digest
 
 

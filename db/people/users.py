@@ -188,5 +188,8 @@ def email_language(tx: TenantTx, user_id: int) -> str | None:
 
 def set_email_language(tx: TenantTx, user_id: int, locale: str | None) -> None:
     """Choose the language of the user's next emails (None: follow the organisation)."""
-    tx.conn.execute("UPDATE users SET locale = %s WHERE id = %s",
-                    [None if locale is None else valid_locale(locale), user_id])
+    chosen = None if locale is None else valid_locale(locale)
+    before = tx.conn.execute("SELECT locale FROM users WHERE id = %s", [user_id]).fetchone()
+    tx.conn.execute("UPDATE users SET locale = %s WHERE id = %s", [chosen, user_id])
+    record_audit(tx, "preference.language", "user", user_id,
+                 before={"locale": None if before is None else before[0]}, after={"locale": chosen})

@@ -49,6 +49,7 @@ NOT_AUDITED = {
                        "no person or key acting; every event is kept in provider_events",
     "POST /rules/builder/refresh": "re-renders the rule builder's form; writes nothing",
     "POST /rules/preview": "renders a template preview; writes nothing",
+    "POST /settings/brand/preview": "renders the branding page's email preview; writes nothing",
 }
 
 
@@ -167,6 +168,17 @@ def _redeliver_webhook(w: World) -> int:
     return w.post(f"/webhooks/{endpoint_id}/deliveries/{delivery_id}/redeliver", w.as_admin())
 
 
+SVG_LOGO = (b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10">'
+            b'<rect width="10" height="10" fill="#1d4ed8"/></svg>')
+
+
+def _upload_logo(w: World) -> int:
+    token = w.as_admin()
+    return w.portal.post("/settings/brand/logo", data={"_csrf_token": token},
+                         files={"logo": ("logo.svg", SVG_LOGO, "image/svg+xml")},
+                         follow_redirects=False).status_code
+
+
 # Each state-changing route: how to exercise it, and the action prefix its audit row has.
 Exercise = Callable[[World], object]
 ROUTES: dict[str, tuple[Exercise, str]] = {
@@ -274,6 +286,12 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
         lambda w: w.post(f"/subjects/{_manual_subject(w)}/close", w.as_admin()), "subject.close"),
     "POST /clients/import": (lambda w: _upload(w), "client_import.upload"),
     "POST /clients/import/{import_id:int}/run": (_import_run, "client.import"),
+    "POST /settings/brand": (
+        lambda w: w.post("/settings/brand", w.as_admin(), display_name="Acme Compliance",
+                         colour="#1d4ed8", footer="1 Main Street, Springfield"), "settings.brand"),
+    "POST /settings/brand/logo": (_upload_logo, "settings.brand_logo"),
+    "POST /preferences/language": (
+        lambda w: w.post("/preferences/language", w.as_admin(), locale="de"), "preference.language"),
     "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
     "POST /api/v1/events/batch": (
         lambda w: _events(w, "/api/v1/events/batch", {"events": [case_event("C-1"), case_event("C-2")]}),
