@@ -55,6 +55,12 @@ def erase_person(tx: TenantTx, email: str) -> Erasure:
     user_id, name = int(str(row[0])), str(row[1]).strip()
     values = [email] + ([name] if len(name) >= 3 else [])  # a name shorter than that is no name
     tx.conn.execute("DELETE FROM evidence_salts WHERE person = ANY(%s)", [[v.lower() for v in values]])
+    pattern = "(" + "|".join(_regex_escape(v) for v in values) + ")"
+    # An audit row's before/after is chained as a digest salted per row: the rows whose JSON
+    # names the person lose that salt, as the person loses theirs (tenant migration 0055).
+    tx.conn.execute(
+        "DELETE FROM evidence_salts WHERE person IN (SELECT 'audit_log:' || id FROM audit_log "
+        "WHERE before::text ~* %(p)s OR after::text ~* %(p)s)", {"p": pattern})
     tx.conn.execute("DELETE FROM suppressed_addresses WHERE email = lower(%s)", [email])
     tx.conn.execute(
         "UPDATE users SET email = %s, display_name = '', password_hash = NULL, "
@@ -68,7 +74,6 @@ def erase_person(tx: TenantTx, email: str) -> Erasure:
         "SELECT table_name, column_name, data_type FROM information_schema.columns "
         "WHERE table_schema = %s AND data_type IN ('text', 'jsonb', 'character varying') "
         "ORDER BY table_name, ordinal_position", [tx.tenant.schema]).fetchall()
-    pattern = "(" + "|".join(_regex_escape(v) for v in values) + ")"
     changed_columns = changed_rows = 0
     for table, column, data_type in columns:
         table, column = str(table), str(column)

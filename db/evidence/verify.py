@@ -76,6 +76,15 @@ SOURCES: tuple[Source, ...] = (
                v.enabled, v.rule_id, v.summary, v.version
         FROM rule_versions v LEFT JOIN evidence_salts s ON s.person = lower(v.changed_by)""",
            personal=("changed_by",)),
+    # before/after as one salted digest per row (tenant migration 0055): erasure rewrites them.
+    Source("audit_log", f"""
+        SELECT a.id::text, a.action, a.actor_kind, a.actor_label, sl.salt, a.actor_user_id,
+               coalesce(a.before::text, 'null') || ' ' || coalesce(a.after::text, 'null') AS changes,
+               sr.salt, a.client_address, sc.salt, a.id, a.object_id, a.object_kind, {_t("a.occurred_at")}
+        FROM audit_log a LEFT JOIN evidence_salts sl ON sl.person = lower(a.actor_label)
+        LEFT JOIN evidence_salts sr ON sr.person = 'audit_log:' || a.id
+        LEFT JOIN evidence_salts sc ON sc.person = lower(a.client_address)""",
+           personal=("actor_label", "changes", "client_address")),
 )
 
 

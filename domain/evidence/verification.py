@@ -44,6 +44,7 @@ FACT_KINDS: dict[str, FactKind] = {k.name: k for k in (
     FactKind("attempt_outcome", "delivery_attempts", False),
     FactKind("provider_event", "delivery_events", True),
     FactKind("rule_version", "rule_versions", True),
+    FactKind("audit", "audit_log", True),
 )}
 
 

@@ -82,11 +82,22 @@ def test_an_erased_person_leaves_the_audit_log_too_which_still_refuses_every_oth
         record_audit(tx, "member.invite", "user", person.id, after={"email": email})
         record_audit(tx, "sign_in", "session", person.id, actor=Actor.user(person.id, email, "192.0.2.7"))
     assert "audit_log.actor_label" in _occurrences(tenant, email)
+    seal_tenant(tenant.slug)  # the rows naming them are chained (kind 'audit')
+    assert verify_tenant(tenant.slug).ok
 
     code, out, _err = run(capsys, "evidence", "erase-person", "--tenant", tenant.slug, "--email", email)
 
     assert code == 0, out
     assert _occurrences(tenant, email) == []
+    seal_tenant(tenant.slug)
+    report = verify_tenant(tenant.slug)
+    assert report.ok, [b.describe() for b in report.breaks]
+    with tenant_tx(tenant.slug) as tx:  # the invitation's after JSON lost its salt with the person
+        salted = tx.conn.execute(
+            "SELECT a.action FROM audit_log a JOIN evidence_salts s ON s.person = 'audit_log:' || a.id "
+            "ORDER BY a.id").fetchall()
+    assert "member.invite" not in [r[0] for r in salted]
+    assert {"sign_in", "person.erase"} <= {r[0] for r in salted}
     with tenant_tx(tenant.slug) as tx:
         [(action, object_id)] = tx.conn.execute(
             "SELECT action, object_id FROM audit_log WHERE action = 'person.erase'").fetchall()
