@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
@@ -83,13 +84,17 @@ def base_context(tx: TenantTx, viewer: Viewer) -> dict[str, Any]:
     return {"viewer": viewer, "unread": unread_count(tx, viewer.user.id), "section": "rules"}
 
 
-def chosen_product(products: list[Product], code: str | None) -> Product | None:
+def chosen_product(products: list[Product], code: str | None,
+                   with_rules: Collection[str] = ()) -> Product | None:
+    """The product asked for, or else the first one that has rules (the built-in manual
+    product comes first by name, and is empty in a tenant whose host sends events), or else
+    the first."""
     if code:
         for p in products:
             if p.code == code:
                 return p
         raise InvalidInput(f"no product {code!r}: choose one from the list")
-    return products[0] if products else None
+    return next((p for p in products if p.code in with_rules), products[0] if products else None)
 
 
 @dataclass(frozen=True)
@@ -124,8 +129,8 @@ def rules_list(viewer: CurrentViewer, product: Product_ = "",
 
 def list_context(tx: TenantTx, viewer: Viewer, product: str | None) -> dict[str, Any]:
     products = list_products(tx)
-    current = chosen_product(products, product)
     every = list_rules(tx)
+    current = chosen_product(products, product, {r.product for r in every})
     return base_context(tx, viewer) | {
         "products": products, "product": current,
         "lines": rule_lines(tx, [r for r in every if current and r.product == current.code]),
