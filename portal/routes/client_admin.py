@@ -6,6 +6,7 @@ current values (db/people/client_admin.py StaleEdit)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Annotated, Any
@@ -31,7 +32,7 @@ from db.people.client_admin import (
 )
 from db.people.clients import Client, create_client, get_client, license_events
 from db.people.members import deactivate, invite_member
-from db.platform.tenancy import tenant_tx
+from db.platform.tenancy import TenantTx, tenant_tx
 from domain.errors import Conflict, Forbidden, InvalidInput
 from domain.people.contacts import valid_contacts
 from domain.people.identity import Role, parse_date, parse_whole_number, valid_plan
@@ -223,25 +224,25 @@ class VersionForm:
 @post("/clients/{client_id:int}/archive", sync_to_thread=True)
 def archive(viewer: CurrentViewer, client_id: FromPath[int],
             data: Annotated[VersionForm, Form]) -> Template | Redirect:
-    _admin(viewer)
-    try:
-        with tenant_tx(viewer.tenant.slug) as tx:
-            archive_client(tx, client_id, _version(data.version[:20]))
-    except (InvalidInput, StaleEdit) as problem:
-        return _refused(viewer, client_id, problem, {})
-    return _done(client_id, "archived")
+    return _archive_move(viewer, client_id, data, archive_client, "archived")
 
 
 @post("/clients/{client_id:int}/restore", sync_to_thread=True)
 def restore(viewer: CurrentViewer, client_id: FromPath[int],
             data: Annotated[VersionForm, Form]) -> Template | Redirect:
+    return _archive_move(viewer, client_id, data, restore_client, "restored")
+
+
+def _archive_move(viewer: Viewer, client_id: int, data: VersionForm,
+                  move: Callable[[TenantTx, int, int], object], done: str) -> Template | Redirect:
+    """Archive or restore: admins only, guarded by the version the form was based on."""
     _admin(viewer)
     try:
         with tenant_tx(viewer.tenant.slug) as tx:
-            restore_client(tx, client_id, _version(data.version[:20]))
+            move(tx, client_id, _version(data.version[:20]))
     except (InvalidInput, StaleEdit) as problem:
         return _refused(viewer, client_id, problem, {})
-    return _done(client_id, "restored")
+    return _done(client_id, done)
 
 
 @dataclass
