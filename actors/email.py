@@ -26,6 +26,7 @@ from db.delivery.deliveries import (
     record_unknown,
 )
 from db.delivery.email_context import EmailContext, email_contexts
+from db.delivery.email_templates import record_template_fallback
 from db.platform.pool import retrying
 from db.platform.tenancy import tenant_tx
 from domain.delivery.states import ErrorClass, email_message_id, email_text, retry_delay, should_retry
@@ -242,7 +243,9 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings,
         try:
             rendered = render_email(context.facts, context.zone,
                                     context.brand.brand(settings.portal_url), settings.portal_url,
-                                    unsubscribe)
+                                    unsubscribe, context.template)
+            if rendered.fallback is not None and context.template is not None:
+                _record_fallback(slug, claim.delivery_id, context, rendered.fallback)
             return OutgoingEmail(message_id, claim.recipient, rendered.subject, rendered.text, tags,
                                  unsubscribe_url=unsubscribe, html=rendered.html,
                                  reply_to=context.brand.reply_to or None)
@@ -254,6 +257,20 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings,
     link = f"{settings.portal_url}{claim.href}" if claim.href else None
     return OutgoingEmail(message_id, claim.recipient, claim.title,
                          email_text(claim.body, link, unsubscribe), tags, unsubscribe_url=unsubscribe)
+
+
+def _record_fallback(slug: str, delivery_id: int, context: EmailContext, why: str) -> None:
+    """The delivery says it went with the shipped copy (ledger, Needs attention). The email goes
+    whether or not this is written: a broken template never loses a reminder."""
+    assert context.template is not None
+    log.warning("delivery tenant=%s id=%d template %s/%s failed; shipped copy sent", slug,
+                delivery_id, context.template.kind, context.template.locale)
+    try:
+        with tenant_tx(slug) as tx:
+            record_template_fallback(tx, delivery_id, context.template, why)
+    except Exception:
+        log.exception("delivery tenant=%s id=%d could not record its template fallback", slug,
+                      delivery_id)
 
 
 def _released(slug: str, claims: list[ClaimedEmail], why: str) -> None:

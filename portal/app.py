@@ -36,6 +36,7 @@ from portal.routes import (
     branding,
     client_admin,
     client_import,
+    email_templates,
     events_api,
     evidence,
     evidence_chain,
@@ -161,6 +162,7 @@ def create_app(
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *webhooks.ROUTES,
             *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
             *client_import.ROUTES, *evidence_chain.ROUTES, *brand.ROUTES, *branding.ROUTES,
+            *email_templates.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
