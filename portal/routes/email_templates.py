@@ -39,6 +39,7 @@ from domain.delivery.email_templates import (
     EmailTemplate,
     default_template,
     template_problems,
+    valid_kind_and_locale,
 )
 from domain.errors import Forbidden, InvalidInput, NotFound
 from domain.people.locales import LOCALE_NAMES, SHIPPED_LOCALES
@@ -72,7 +73,7 @@ def _admin(viewer: Viewer) -> Viewer:
 def _known(kind: str, locale: str) -> None:
     """An address naming a kind or language that does not exist is a page that does not."""
     try:
-        _known(kind, locale)
+        valid_kind_and_locale(kind, locale)
     except InvalidInput as error:
         raise NotFound(str(error)) from None
 
