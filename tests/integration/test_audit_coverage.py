@@ -50,6 +50,9 @@ NOT_AUDITED = {
     "POST /rules/builder/refresh": "re-renders the rule builder's form; writes nothing",
     "POST /rules/preview": "renders a template preview; writes nothing",
     "POST /settings/brand/preview": "renders the branding page's email preview; writes nothing",
+    "POST /settings/email-templates/{kind:str}/{locale:str}/preview":
+        "renders the template editor's preview; keeps the editing admin's own draft for the "
+        "preview frames, which nobody else ever receives",
 }
 
 
@@ -172,6 +175,18 @@ SVG_LOGO = (b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10">'
             b'<rect width="10" height="10" fill="#1d4ed8"/></svg>')
 
 
+TEMPLATE = "/settings/email-templates/licence_reminder/en"
+TEMPLATE_FORM = {"subject": "{{ client.name }}: renew", "preheader": "{{ default.preheader }}",
+                 "body": "{{ default.body }}"}
+
+
+def _restore_template(w: World) -> int:
+    token = w.as_admin()
+    assert w.post(TEMPLATE, token, **TEMPLATE_FORM) == 303
+    assert w.post(TEMPLATE, token, **{**TEMPLATE_FORM, "subject": "Renew"}) == 303
+    return w.post(f"{TEMPLATE}/versions/1/restore", token)
+
+
 def _upload_logo(w: World) -> int:
     token = w.as_admin()
     return w.portal.post("/settings/brand/logo", data={"_csrf_token": token},
@@ -290,6 +305,12 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
         lambda w: w.post("/settings/brand", w.as_admin(), display_name="Acme Compliance",
                          colour="#1d4ed8", footer="1 Main Street, Springfield"), "settings.brand"),
     "POST /settings/brand/logo": (_upload_logo, "settings.brand_logo"),
+    "POST /settings/email-templates/{kind:str}/{locale:str}": (
+        lambda w: w.post(TEMPLATE, w.as_admin(), **TEMPLATE_FORM), "email_template.save"),
+    "POST /settings/email-templates/{kind:str}/{locale:str}/test": (
+        lambda w: w.post(f"{TEMPLATE}/test", w.as_admin(), **TEMPLATE_FORM), "email_template.test"),
+    "POST /settings/email-templates/{kind:str}/{locale:str}/versions/{version:int}/restore": (
+        _restore_template, "email_template.restore"),
     "POST /preferences/language": (
         lambda w: w.post("/preferences/language", w.as_admin(), locale="de"), "preference.language"),
     "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
