@@ -13,8 +13,8 @@ import re
 
 from actors.email import deliver_email
 from db.people.users import create_user
-from domain.people.identity import Role
 from db.platform.tenancy import tenant_tx
+from domain.people.identity import Role
 from tests.integration.builders import scalar
 from tests.integration.conftest import RunningWorker, SentEmail, SesOutbox, new_tenant, remove_tenant
 from tests.integration.portal_support import HTMX, PASSWORD, People, PortalClient, csrf_token, sign_in
@@ -57,7 +57,8 @@ def test_a_saved_template_is_used_in_the_reminder_the_ses_endpoint_accepts(
     assert listing.status_code == 200 and "Shipped text" in listing.text
     saved = portal.post(EDITOR, data=_form(
         token, "{{ client.name }}: renew before {{ due.date }}",
-        "Hello {{ recipient.name | default: 'there' }},\n\n{{ default.body }}\n\nYour team at {{ tenant.name }}"),
+        "Hello {{ recipient.name | default: 'there' }},\n\n{{ default.body }}\n\n"
+        "Your team at {{ tenant.name }}"),
         follow_redirects=False)
     assert saved.status_code == 303
     assert "Version 1" in portal.get("/settings/email-templates").text

@@ -27,7 +27,8 @@ def test_the_shipped_default_template_renders_exactly_the_shipped_copy(locale: s
     shipped = render_email(facts, ZONE, BRAND, PORTAL, UNSUBSCRIBE)
     templated = render_email(facts, ZONE, BRAND, PORTAL, UNSUBSCRIBE, default_template(kind, locale))
     assert templated.fallback is None
-    assert (templated.subject, templated.text, templated.html) == (shipped.subject, shipped.text, shipped.html)
+    assert (templated.subject, templated.text, templated.html) == (
+        shipped.subject, shipped.text, shipped.html)
 
 
 def test_a_templates_blocks_replace_subject_preheader_and_body_and_keep_the_links() -> None:
@@ -51,7 +52,8 @@ def test_hostile_data_in_a_template_is_escaped_in_the_html_part() -> None:
     assert "<script>" not in email.html and HOSTILE in email.text
 
 
-@pytest.mark.parametrize("broken", ["{{ 1 | divided_by: 0 }}", "{% for i in (1..5000) %}x{% endfor %}", "  "])
+@pytest.mark.parametrize("broken", [
+    "{{ 1 | divided_by: 0 }}", "{% for i in (1..5000) %}x{% endfor %}", "  "])
 def test_a_template_that_fails_when_rendered_leaves_the_shipped_copy_and_says_why(broken: str) -> None:
     facts = sample_facts("fr")["licence_expiry"]
     shipped = render_email(facts, ZONE, BRAND, PORTAL, UNSUBSCRIBE)
@@ -75,4 +77,5 @@ def test_a_saves_diff_names_each_changed_block_with_the_lines_removed_and_added(
                            "Hello\n\n{{ default.body }}\n\nBye")
     assert template_diff(first, second) == ["@@ subject", "-Join {{ tenant.name }}", "+Join us",
                                             "@@ body", " {{ default.body }}", "+", "+Bye"]
-    assert template_diff(None, first)[:3] == ["@@ subject", "-{{ default.subject }}", "+Join {{ tenant.name }}"]
+    assert template_diff(None, first)[:3] == [
+        "@@ subject", "-{{ default.subject }}", "+Join {{ tenant.name }}"]
