@@ -65,6 +65,24 @@ def _about(tx: TenantTx, kind: str, about: str) -> tuple[str, int] | None:
     return what, int(number)
 
 
+_REMINDERS = ((1, "d1"), (7, "d7"), (14, "d14"), (30, "d30"), (60, "d60"), (90, "d90"))  # days, milestone
+
+
+def _milestone(kind: str, due: date, today: date) -> tuple[str, date]:
+    """The milestone a licence email of ``kind`` would have, with a due date that agrees with
+    it: the client's own when its reminder window is open (or for a renewal), else a sample."""
+    if kind == "licence_reminder":
+        days = (due - today).days
+        for limit, threshold in _REMINDERS:
+            if 1 <= days <= limit:
+                return threshold, due
+        return "d30", today + timedelta(days=30)
+    if kind == "licence_renewed":
+        return _THRESHOLDS[kind], due
+    back = {"licence_expiry": 0, "licence_grace": 3, "licence_closed": 7}[kind]
+    return _THRESHOLDS[kind], today - timedelta(days=back)
+
+
 def sample_facts(tx: TenantTx, kind: str, locale: str, recipient_id: int, about: str,
                  tenant_name: str) -> tuple[EmailFacts, str]:
     """The facts of a ``kind`` email in ``locale`` to this recipient about this client or
@@ -86,8 +104,9 @@ def sample_facts(tx: TenantTx, kind: str, locale: str, recipient_id: int, about:
             if row is not None:
                 client = str(row[0])
                 due = row[1] if isinstance(row[1], date) else due
+        threshold, due = _milestone(kind, due, today)
         return replace(base, category="license_expiring", href="/licence", client_name=client,
-                        threshold=_THRESHOLDS[kind], due_on=due), zone
+                       threshold=threshold, due_on=due), zone
     if kind in _SUBJECT_KINDS:
         title = "Case 4711"
         if chosen is not None:
