@@ -46,6 +46,9 @@ __all__ = [
 ]
 
 
+MAX_INT4 = 2**31 - 1  # the largest version number the column holds
+
+
 class TemplateInvalid(InvalidInput):
     """A template that does not parse (or passes a limit): why, by block, with line and column."""
 
@@ -166,6 +169,8 @@ def template_versions(tx: TenantTx, kind: str, locale: str) -> list[TemplateVers
 def restore_version(tx: TenantTx, user_id: int, kind: str, locale: str, version: int) -> int:
     """Save an old version's blocks as the next version (history is never rewritten)."""
     valid_kind_and_locale(kind, locale)
+    if not 1 <= version <= MAX_INT4:
+        raise NotFound(f"no version {version} of the {kind} template ({locale})")
     row = tx.conn.execute(
         "SELECT subject, preheader, body FROM email_template_versions "
         "WHERE kind = %s AND locale = %s AND version = %s", [kind, locale, version]).fetchone()

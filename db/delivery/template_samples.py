@@ -87,6 +87,8 @@ def sample_facts(tx: TenantTx, kind: str, locale: str, recipient_id: int, about:
                  tenant_name: str) -> tuple[EmailFacts, str]:
     """The facts of a ``kind`` email in ``locale`` to this recipient about this client or
     subject, and the recipient's zone (``tenant_name``: the brand's display name)."""
+    if not 1 <= recipient_id < 2**63:  # a bigint: anything else names nobody
+        raise NotFound(f"no user {recipient_id}")
     user = tx.conn.execute("SELECT display_name, coalesce(time_zone, %s) FROM users WHERE id = %s",
                            [tx.tenant.time_zone, recipient_id]).fetchone()
     if user is None:

@@ -83,7 +83,7 @@ def _template_of(kind: str, locale: str, form: TemplateForm) -> EmailTemplate:
 
 
 def _recipient(viewer: Viewer, form: TemplateForm) -> int:
-    return int(form.recipient) if form.recipient.isdigit() else viewer.user.id
+    return int(form.recipient) if form.recipient.isascii() and form.recipient.isdigit() else viewer.user.id
 
 
 def _render(tx: TenantTx, template: EmailTemplate, recipient: int, about: str) -> Rendered:

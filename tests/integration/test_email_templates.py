@@ -210,3 +210,21 @@ def test_a_template_that_fails_at_send_time_sends_the_shipped_copy_and_the_deliv
     assert fixed.status_code == 303
     assert people.client_user.email not in portal.get("/ledger/attention").text.split(
         "Emails sent with the shipped template")[1].split("</section>")[0]
+
+
+def test_every_kind_in_every_language_opens_with_a_preview_of_its_shipped_text(
+    people: People, portal: PortalClient
+) -> None:
+    from db.delivery.template_samples import sample_facts
+    from domain.delivery.email_kinds import KINDS, kind_of
+    from domain.people.locales import SHIPPED_LOCALES
+
+    _signed_in_admin(portal, people)
+    for kind in KINDS:
+        with tenant_tx(people.tenant.slug) as tx:  # the sample is an email of that very kind
+            facts, _ = sample_facts(tx, kind, "en", people.admin.id, "", people.tenant.name)
+        assert kind_of(facts) == kind
+        for locale in SHIPPED_LOCALES:
+            page = portal.get(f"/settings/email-templates/{kind}/{locale}")
+            assert page.status_code == 200, (kind, locale)
+            assert 'class="template-text"' in page.text and "flash-error" not in page.text, (kind, locale)
