@@ -9,6 +9,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
 
 from domain.people.identity import Role
 from portal.links import local_path
@@ -154,6 +155,14 @@ def link_label(href: str) -> str:
     return "Open"
 
 
+def english_words(message: str, /, **values: Any) -> Markup:
+    """``_()`` of the pages written for the catalogs (the email template editor), in English
+    until the catalog-backed one of the portal's localisation replaces it: the message with
+    its {names} filled in, each value escaped."""
+    text = Markup(escape(message))
+    return text.format(**values) if values else text
+
+
 def build_environment(globals_: dict[str, Any]) -> Environment:
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES),
@@ -182,4 +191,5 @@ def build_environment(globals_: dict[str, Any]) -> Environment:
         outcome_label=lambda outcome: OUTCOME_LABELS.get(outcome, outcome),
     )
     environment.globals.update(globals_)
+    environment.globals.setdefault("_", english_words)
     return environment

@@ -19,7 +19,6 @@ from db.evidence.audit import record_audit
 from db.platform.tenancy import TenantTx
 from domain.delivery.email_templates import (
     BLOCKS,
-    KIND_NAMES,
     EmailTemplate,
     template_diff,
     template_problems,
@@ -208,7 +207,7 @@ def send_template_test(tx: TenantTx, user_id: int, template: EmailTemplate, abou
     problems = template_problems(template)
     if problems:
         raise TemplateInvalid(problems)
-    title = f"Test email: {KIND_NAMES[template.kind]} ({template.locale})"
+    title = f"Test email: {template.kind.replace('_', ' ')} ({template.locale})"
     test = {"kind": template.kind, "locale": template.locale, "about": about, "recipient": user_id,
             **{name: template.block(name) for name in BLOCKS}}
     item = add_to_inbox(tx, user_id, "member_invite", title,

@@ -26,7 +26,6 @@ from domain.rules.templates import TemplateRefused, check, render
 
 __all__ = [
     "BLOCKS",
-    "KIND_NAMES",
     "EmailTemplate",
     "apply_template",
     "default_template",
@@ -39,19 +38,6 @@ __all__ = [
 BLOCKS = ("subject", "preheader", "body")
 MAX_SUBJECT_CHARS = 250  # characters of a rendered subject (RFC 5322 advises 78 per line; folded)
 
-KIND_NAMES = {
-    "licence_reminder": "Licence reminder (before expiry)",
-    "licence_expiry": "Licence expired",
-    "licence_grace": "Licence grace reminder (after expiry)",
-    "licence_closed": "Account closed",
-    "licence_renewed": "Licence renewed",
-    "invitation": "Invitation",
-    "rule_notice": "Rule notice",
-    "obligation_notice": "Obligation notice (due date)",
-    "notice": "Other notice",
-    "digest": "Digest",
-}
-assert tuple(KIND_NAMES) == KINDS
 
 
 @dataclass(frozen=True)

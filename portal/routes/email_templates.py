@@ -35,13 +35,13 @@ from db.delivery.template_samples import about_choices, recipient_choices, sampl
 from db.platform.tenancy import TenantTx, tenant_tx
 from domain.delivery.email_kinds import KINDS
 from domain.delivery.email_templates import (
-    KIND_NAMES,
     EmailTemplate,
     default_template,
     template_problems,
     valid_kind_and_locale,
 )
 from domain.errors import Forbidden, InvalidInput, NotFound
+from domain.messages import N_
 from domain.people.locales import LOCALE_NAMES, SHIPPED_LOCALES
 from portal.auth import CurrentViewer, Viewer
 from tocsin.core import runtime
@@ -49,9 +49,27 @@ from tocsin.providers.email_compose import Rendered, render_email
 
 __all__ = ["ROUTES", "TemplateForm"]
 
-DONE = {"saved": "Saved. The next emails of this kind use this template.",
-        "restored": "Restored as a new version.",
-        "test": "A test email is on its way to you."}
+DONE = {"saved": N_("Saved. The next emails of this kind use this template."),
+        "restored": N_("Restored as a new version."),
+        "test": N_("A test email is on its way to you.")}
+KIND_NAMES = {
+    "licence_reminder": N_("Licence reminder (before expiry)"),
+    "licence_expiry": N_("Licence expired"),
+    "licence_grace": N_("Licence grace reminder (after expiry)"),
+    "licence_closed": N_("Account closed"),
+    "licence_renewed": N_("Licence renewed"),
+    "invitation": N_("Invitation"),
+    "rule_notice": N_("Rule notice"),
+    "obligation_notice": N_("Obligation notice (due date)"),
+    "notice": N_("Other notice"),
+    "digest": N_("Digest"),
+}
+BLOCK_NAMES = {"subject": N_("Subject"), "preheader": N_("Preheader"), "body": N_("Body")}
+# What a template sees, as the editor lists it (the first three: the shipped text).
+NAMES = ("{{ default.subject }}", "{{ default.preheader }}", "{{ default.body }}",
+         "{{ recipient.name }}", "{{ tenant.name }}", "{{ client.name }}", "{{ rule.name }}",
+         "{{ subject.title }}", "{{ due.date }}", "{{ due.relative }}", "{{ milestone }}",
+         "{{ inviter }}", "{{ notifications }}", "{{ action.url }}")
 WIDTHS = {"desktop": 600, "phone": 375}  # pixels: the layout's width, and a phone's
 
 
@@ -104,7 +122,8 @@ def _preview_context(tx: TenantTx, viewer: Viewer, template: EmailTemplate,
     digest = hashlib.sha256("\0".join((template.subject, template.preheader, template.body)).encode())
     query = urlencode({"recipient": recipient, "about": form.about, "rev": digest.hexdigest()[:12]})
     base = f"/settings/email-templates/{template.kind}/{template.locale}/document?{query}"
-    return {"problems": problems, "rendered": rendered, "frame_url": base, "widths": WIDTHS}
+    return {"problems": problems, "rendered": rendered, "frame_url": base, "widths": WIDTHS,
+            "block_names": BLOCK_NAMES}
 
 
 def _page(tx: TenantTx, viewer: Viewer, kind: str, locale: str, form: TemplateForm, *,
@@ -116,7 +135,7 @@ def _page(tx: TenantTx, viewer: Viewer, kind: str, locale: str, form: TemplateFo
         "viewer": viewer, "unread": unread_count(tx, viewer.user.id), "section": "settings",
         "kind": kind, "kind_name": KIND_NAMES[kind], "locale": locale,
         "language": LOCALE_NAMES[locale], "form": form, "stored": stored, "notice": notice,
-        "recipients": recipient_choices(tx), "abouts": about_choices(tx, kind),
+        "names": NAMES, "recipients": recipient_choices(tx), "abouts": about_choices(tx, kind),
         "recipient": str(_recipient(viewer, form)),
         "versions": template_versions(tx, kind, locale),
         "action": f"/settings/email-templates/{kind}/{locale}",
@@ -244,6 +263,6 @@ def template_restore(viewer: CurrentViewer, kind: FromPath[str], locale: FromPat
                     status_code=HTTP_303_SEE_OTHER)
 
 
-assert set(KIND_NAMES) == set(KINDS)
+assert tuple(KIND_NAMES) == KINDS
 ROUTES = [template_list, template_editor, template_preview, template_document, template_save,
           template_test, template_restore]
