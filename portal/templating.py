@@ -9,7 +9,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup, escape
 
 from domain.people.identity import Role
 from portal.links import local_path
@@ -155,12 +154,11 @@ def link_label(href: str) -> str:
     return "Open"
 
 
-def english_words(message: str, /, **values: Any) -> Markup:
+def english_words(message: str, /, **values: Any) -> str:
     """``_()`` of the pages written for the catalogs (the email template editor), in English
     until the catalog-backed one of the portal's localisation replaces it: the message with
-    its {names} filled in, each value escaped."""
-    text = Markup(escape(message))
-    return text.format(**values) if values else text
+    its {names} filled in, as plain text (autoescaping escapes it, values included, once)."""
+    return message.format(**values) if values else message
 
 
 def build_environment(globals_: dict[str, Any]) -> Environment:
