@@ -37,6 +37,7 @@ def test_an_admin_edits_a_template_with_a_live_preview_and_sees_why_one_is_refus
     page, errors = open_page(browser, viewport)
     sign_in(page, portal_url, tenant, email, PASSWORD)
     page.goto(f"{portal_url}/settings/email-templates")
+    page.screenshot(path=artifacts / f"email-templates-{name}.png", full_page=True)
     page.get_by_role("link", name="Shipped text of Licence reminder (before expiry) in English").click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("Licence reminder")
 
