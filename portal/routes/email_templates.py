@@ -113,14 +113,16 @@ def _render(tx: TenantTx, template: EmailTemplate, recipient: int, about: str) -
 
 
 def _preview_context(tx: TenantTx, viewer: Viewer, template: EmailTemplate,
-                     form: TemplateForm) -> dict[str, object]:
+                     form: TemplateForm, *, draft: bool = False) -> dict[str, object]:
     """What the preview fragment shows: the problems by block, or the subject, the text part
     and the frames' addresses (the HTML is a document of its own, see document())."""
     problems = template_problems(template)
     recipient = _recipient(viewer, form)
     rendered = None if problems else _render(tx, template, recipient, form.about)
     digest = hashlib.sha256("\0".join((template.subject, template.preheader, template.body)).encode())
-    query = urlencode({"recipient": recipient, "about": form.about, "rev": digest.hexdigest()[:12]})
+    # The page's own frames show the template in use; the live preview's, the draft just kept.
+    query = urlencode({"recipient": recipient, "about": form.about, "draft": int(draft),
+                       "rev": digest.hexdigest()[:12]})
     base = f"/settings/email-templates/{template.kind}/{template.locale}/document?{query}"
     return {"problems": problems, "rendered": rendered, "frame_url": base, "widths": WIDTHS,
             "block_names": BLOCK_NAMES}
@@ -184,7 +186,7 @@ def template_preview(viewer: CurrentViewer, kind: FromPath[str], locale: FromPat
     template = _template_of(kind, locale, data)
     with tenant_tx(viewer.tenant.slug) as tx:
         save_draft(tx, viewer.user.id, template)
-        context = _preview_context(tx, viewer, template, data)
+        context = _preview_context(tx, viewer, template, data, draft=True)
     return Template("_email_template_preview.html", context=context)
 
 
@@ -200,13 +202,14 @@ def template_document(
     recipient: Annotated[int, QueryParameter(ge=1)],
     about: Annotated[str, QueryParameter(max_length=40)] = "",
     rev: Annotated[str, QueryParameter(max_length=64)] = "",
+    draft: Annotated[int, QueryParameter(ge=0, le=1)] = 0,
 ) -> Response[str]:
-    """The HTML part as the recipient would get it, from the admin's draft (or the template
-    in use): what the preview frames show."""
+    """The HTML part as the recipient would get it, from the admin's draft (the live
+    preview's frames) or the template in use (the page's own)."""
     _admin(viewer)
     _known(kind, locale)
     with tenant_tx(viewer.tenant.slug) as tx:
-        template = load_draft(tx, viewer.user.id, kind, locale)
+        template = load_draft(tx, viewer.user.id, kind, locale) if draft else None
         if template is None:
             stored = stored_template(tx, kind, locale)
             template = stored.template if stored else default_template(kind, locale)

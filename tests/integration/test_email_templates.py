@@ -134,6 +134,12 @@ def test_the_live_preview_renders_html_and_text_for_a_real_recipient_and_client(
     assert document.status_code == 200 and f"Dear {html.escape(name)}" in document.text
     assert "style-src 'unsafe-inline'" in document.headers["content-security-policy"]
     assert scalar(people.tenant, "SELECT count(*) FROM email_templates") == 0  # a preview saves nothing
+    # Opened afresh, the page frames the template in use (the shipped text), not the draft.
+    fresh = re.search(r'<iframe [^>]*src="([^"]+)"', portal.get(EDITOR).text)
+    assert fresh
+    shipped = portal.get(html.unescape(fresh.group(1)))
+    assert shipped.status_code == 200 and "Dear " not in shipped.text
+    assert "Northwind Analytics" in shipped.text
 
 
 def test_a_test_email_reaches_the_editing_admin_through_the_delivery_path(
