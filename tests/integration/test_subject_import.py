@@ -47,7 +47,8 @@ def big_file() -> tuple[bytes, dict[int, str]]:
             elif kind == 1:
                 row[0], bad[line] = "Permit!", "kind"
             else:
-                row[6], bad[line] = "nobody@nowhere.example", "assignees"  # no such user: the register's check
+                # no such user: the register's own check
+                row[6], bad[line] = "nobody@nowhere.example", "assignees"
         writer.writerow(row)
     return out.getvalue().encode(), bad
 
@@ -117,7 +118,8 @@ def test_ten_thousand_subjects_with_three_percent_bad_rows(portal: PortalClient,
     after_first = subjects_state(people.tenant)
     status, second = upload(portal, html, data)
     assert status == 303
-    assert f"0 created, 0 updated, {len(good):,} unchanged" in run(portal, people.tenant, second, "valid_only")
+    page = run(portal, people.tenant, second, "valid_only")
+    assert f"0 created, 0 updated, {len(good):,} unchanged" in page
     assert subjects_state(people.tenant) == after_first
 
 
@@ -133,9 +135,9 @@ def test_an_imported_row_is_an_event_a_rule_fires_on_and_a_changed_row_one_updat
                      "template": {"title": "Permit {{ subject.external_id }}", "body": "Due soon"}}),
             "setup")
     html = signed_in(portal, people, people.admin)
-    first = ("kind,external_id,title,due_on,assignees,fields\r\n"
-             "permit,P-1,Boiler permit,2031-05-31,admin@tenant.example,\"site = Harbour; capacity = 12\"\r\n"
-             "permit,P-2,Crane permit,2031-06-30,,site = Dock\r\n").encode()
+    first = (b"kind,external_id,title,due_on,assignees,fields\r\n"
+             b"permit,P-1,Boiler permit,2031-05-31,admin@tenant.example,\"site = Harbour; capacity = 12\"\r\n"
+             b"permit,P-2,Crane permit,2031-06-30,,site = Dock\r\n")
     _, report = upload(portal, html, first)
     assert "2 created, 0 updated, 0 unchanged" in run(portal, people.tenant, report, "all")
     assert outbox(people.tenant) == [("manual", "created", None, "portal")] * 2
@@ -159,7 +161,8 @@ def test_a_row_that_would_change_a_closed_subject_is_reported(portal: PortalClie
     _, report = upload(portal, html, b"kind,external_id,title\r\npermit,P-1,Permit\r\n")
     run(portal, people.tenant, report, "all")
     with tenant_tx(people.tenant.slug) as tx:
-        close_manual_subject(tx, int(scalar(people.tenant, "SELECT id FROM subjects WHERE external_id = 'P-1'")))
+        subject_id = int(scalar(people.tenant, "SELECT id FROM subjects WHERE external_id = 'P-1'"))
+        close_manual_subject(tx, subject_id)
     _, report = upload(portal, html, b"kind,external_id,title\r\npermit,P-1,Renamed permit\r\n")
     page = portal.get(report).text
     assert "1 row(s): 0 valid, 1 problem(s)" in page and "permit P-1 is closed" in page
