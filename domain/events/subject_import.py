@@ -11,6 +11,7 @@ field left out of a row that the subject has is cleared, as on the subject's for
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -70,6 +71,8 @@ def column_of(problem: Problem) -> tuple[str, str]:
     head = path.split(".", 1)[0].split("[", 1)[0]
     if head in COLUMNS:
         rest = path[len(head):].lstrip(".")
+        if re.fullmatch(r"\[\d+\]", rest):  # the n-th assignee: the message names it
+            rest = ""
         return head, f"{rest}: {problem.message}" if rest else problem.message
     return "", problem.message
 

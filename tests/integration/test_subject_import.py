@@ -95,7 +95,7 @@ def test_ten_thousand_subjects_with_three_percent_bad_rows(portal: PortalClient,
         problems = tx.conn.execute("SELECT problems FROM imports WHERE id = %s", [import_id]).fetchone()
     assert problems is not None
     assert {(p["line"], p["column"]) for p in problems[0]} == set(bad.items())  # type: ignore[attr-defined]
-    assert "no active user &#39;nobody@nowhere.example&#39; in this tenant" in page
+    assert '<span class="value">no active user &#39;nobody@nowhere.example&#39; in this tenant' in page
 
     answer = portal.post(f"{report}/run", data={"_csrf_token": csrf_token(page), "mode": "all"},
                          follow_redirects=False)
