@@ -53,6 +53,7 @@ from portal.routes import (
     rule_builder,
     rule_dry_run,
     rules,
+    subject_import,
     tenant_settings,
     unsubscribe,
     webhooks,
@@ -160,7 +161,8 @@ def create_app(
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *webhooks.ROUTES,
             *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
-            *client_import.ROUTES, *evidence_chain.ROUTES, *brand.ROUTES, *branding.ROUTES,
+            *client_import.ROUTES, *subject_import.ROUTES, *evidence_chain.ROUTES, *brand.ROUTES,
+            *branding.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),
