@@ -34,6 +34,7 @@ from portal.routes import (
     audit,
     brand,
     branding,
+    chat,
     client_admin,
     client_import,
     events_api,
@@ -158,7 +159,7 @@ def create_app(
             evidence.send_again, evidence.mark_delivered, *tenant_settings.ROUTES,
             health.readyz, health.healthz, metrics.metrics, hooks.ses_events,
             *preferences.ROUTES, *unsubscribe.ROUTES, *api_keys.ROUTES, *obligations.ROUTES,
-            *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *webhooks.ROUTES,
+            *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *webhooks.ROUTES, *chat.ROUTES,
             *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
             *client_import.ROUTES, *evidence_chain.ROUTES, *brand.ROUTES, *branding.ROUTES,
             create_static_files_router(
