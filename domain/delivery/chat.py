@@ -64,6 +64,9 @@ CHAT = StateMachine.of("chat", {
     # Back to pending: a retry, or a lease that ran out (the answer died with its worker).
     ChatStatus.SENDING: {ChatStatus.DELIVERED, ChatStatus.PENDING, ChatStatus.FAILED,
                          ChatStatus.CANCELLED},
+    ChatStatus.DELIVERED: set(),
+    ChatStatus.FAILED: set(),
+    ChatStatus.CANCELLED: set(),
 })
 
 
