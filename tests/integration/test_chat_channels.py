@@ -83,7 +83,8 @@ def test_slack_and_teams_each_receive_one_formatted_message_per_claim_with_a_lin
     content = attachment["content"]
     assert (content["type"], content["version"]) == ("AdaptiveCard", "1.4")
     assert [b["text"] for b in content["body"]] == ["Large <case> & more: C-7", "Amount 900 <!channel>"]
-    assert content["actions"] == [{"type": "Action.OpenUrl", "title": "Open in Tocsin", "url": f"{portal}/inbox"}]
+    assert content["actions"] == [{"type": "Action.OpenUrl", "title": "Open in Tocsin",
+                                   "url": f"{portal}/inbox"}]
     assert scalar(tenant, "SELECT array_agg(outcome) FROM chat_attempts") == ["delivered", "delivered"]
     with tenant_tx(tenant.slug) as tx:
         health = {str(h.channel): h for h in chat_health(tx)}
@@ -103,7 +104,8 @@ def test_a_receiver_failing_then_answering_delivers_once_with_every_attempt_reco
         claim = fire(tenant, add_rule(tenant, product, "Flaky", recipients=ASSIGNEES, channels=CHAT),
                      add_subject(tenant, product, "C-8", assignees=[person]))
         _prepare(tenant, claim)
-        wait_until(lambda: _statuses(tenant) == {(person, "slack"): "delivered"}, "delivered after failures", 30)
+        wait_until(lambda: _statuses(tenant) == {(person, "slack"): "delivered"},
+                   "delivered after failures", 30)
         worker.drain()
         answered = [p.answered for p in slack.posts()]
     assert answered == [500, 429, 503, 200]
@@ -187,10 +189,10 @@ def test_with_private_addresses_not_allowed_the_guard_refuses_before_any_connect
         _enable(tenant, "slack")
         _own_url(tenant, person, "slack", slack.url())
         use_settings(webhook_allow_private=False, webhook_retry_base_seconds=60.0)
-        _prepare(tenant, fire(tenant, add_rule(tenant, product, "Guarded", recipients=ASSIGNEES, channels=CHAT),
-                              add_subject(tenant, product, "C-13", assignees=[person])))
-        wait_until(lambda: scalar(tenant, "SELECT count(*) FROM chat_attempts WHERE outcome = 'refused'") == 1,
-                   "the guard's refusal recorded")
+        rule = add_rule(tenant, product, "Guarded", recipients=ASSIGNEES, channels=CHAT)
+        _prepare(tenant, fire(tenant, rule, add_subject(tenant, product, "C-13", assignees=[person])))
+        refused = "SELECT count(*) FROM chat_attempts WHERE outcome = 'refused'"
+        wait_until(lambda: scalar(tenant, refused) == 1, "the guard's refusal recorded")
         assert slack.posts() == []  # (its retry waits a minute: the test ends before it)
     error = str(scalar(tenant, "SELECT error FROM chat_attempts"))
     assert "127.0.0.1, a loopback address: refused" in error
