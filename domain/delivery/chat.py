@@ -18,6 +18,7 @@ from enum import StrEnum
 from urllib.parse import urlsplit
 
 from domain.delivery.channels import CHANNELS, Channel
+from domain.delivery.webhooks import valid_endpoint_url
 from domain.errors import InvalidInput
 from domain.state_machine import StateMachine
 
@@ -88,8 +89,6 @@ def channel_label(channel: Channel) -> str:
 def valid_chat_url(channel: Channel, url: str, *, allow_private: bool) -> str:
     """An incoming-webhook URL, checked: https on the host that issues them (any http(s)
     host where WEBHOOK_ALLOW_PRIVATE is set), no credentials, at most 2000 characters."""
-    from domain.delivery.webhooks import valid_endpoint_url
-
     checked = valid_endpoint_url(url, allow_private=allow_private)
     if allow_private:
         return checked
