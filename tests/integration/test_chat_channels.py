@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, time
 
-from db.delivery.chat_channels import chat_health, save_chat_address, save_chat_channel, save_chat_choice
+from db.delivery.chat_channels import (
+    chat_health,
+    save_chat_address,
+    save_chat_channel,
+    save_chat_choice,
+    save_chat_default,
+)
 from db.notices.rule_notices import PreparedReport, prepare_rule_claims
-from db.people.preferences import save_schedule
+from db.people.preferences import save_category_default, save_schedule
 from db.platform.tenancy import Tenant, tenant_tx
-from domain.delivery.preferences import CHAT_OPTED_OUT
+from domain.delivery.preferences import CATEGORIES, CHAT_OPTED_OUT, PRODUCT_DEFAULT, resolve_channel_choice
 from domain.delivery.quiet_hours import QuietHours
 from tests.integration.builders import scalar
 from tests.integration.conftest import RunningWorker, use_settings, wait_until
@@ -217,3 +223,42 @@ def test_slack_gets_at_most_one_message_per_second_per_url(tenant: Tenant, worke
     # Counted, not timed: however slow the machine, no half-second window holds two messages.
     busiest = max(sum(1 for t in arrivals if start <= t < start + 0.5) for start in arrivals)
     assert busiest == 1
+
+
+def test_the_queueing_sql_resolves_each_persons_choice_as_the_domain_does(tenant: Tenant) -> None:
+    """The SQL twin of resolve_channel_choice (rule 14): every combination of the person's
+    choice, the organisation's default and the category's lock, one category per
+    (default, lock) pair and one person per choice."""
+    product = add_product(tenant)
+    choices: list[bool | None] = [None, True, False]
+    people = {choice: add_person(tenant, f"choice-{choice}@example.com") for choice in choices}
+    _enable(tenant, "slack")
+    pairs = [(default, locked) for default in choices for locked in (False, True)]
+    categories = dict(zip(pairs, CATEGORIES[:len(pairs)], strict=True))
+    with tenant_tx(tenant.slug) as tx:
+        for (default, locked), category in categories.items():
+            save_category_default(tx, category, PRODUCT_DEFAULT, locked=locked,
+                                  lock_reason="required" if locked else None, critical=False,
+                                  by_user_id=people[None])
+            if default is not None:
+                save_chat_default(tx, category, "slack", default)
+    for choice, user in people.items():
+        _own_url(tenant, user, "slack", f"http://127.0.0.1:9/{user}")
+        if choice is not None:
+            with tenant_tx(tenant.slug) as tx:  # written directly: a locked category refuses the form
+                for category in categories.values():
+                    tx.conn.execute("INSERT INTO chat_preferences (user_id, category, channel, enabled) "
+                                    "VALUES (%s, %s, 'slack', %s)", [user, category, choice])
+    subject = add_subject(tenant, product, "C-30", assignees=list(people.values()))
+    for category in categories.values():
+        rule = add_rule(tenant, product, f"Rule {category}", recipients=ASSIGNEES, channels=CHAT,
+                        category=category)
+        _prepare(tenant, fire(tenant, rule, subject))
+    with tenant_tx(tenant.slug) as tx:
+        rows = tx.conn.execute("SELECT n.category, d.recipient_user_id, d.status FROM chat_deliveries d "
+                               "JOIN notifications n ON n.ledger_id = d.ledger_id "
+                               "AND n.recipient_user_id = d.recipient_user_id").fetchall()
+    got = {(str(r[0]), int(str(r[1]))): str(r[2]) != "cancelled" for r in rows}
+    wanted = {(category, people[choice]): resolve_channel_choice(choice, default, locked=locked)
+              for (default, locked), category in categories.items() for choice in choices}
+    assert got == wanted
