@@ -32,6 +32,7 @@ from domain.delivery.webhooks import CallAnswer, EndpointHealth, after_failure, 
 from tocsin.core.clock import utcnow
 
 __all__ = [
+    "NO_URL",
     "ClaimedChat",
     "Recorded",
     "SweptChats",
@@ -49,6 +50,8 @@ REENQUEUE_AFTER_SECONDS = 60  # a due delivery enqueued longer ago than this is 
 SWEEP_BATCH = 1_000  # due deliveries one sweep enqueues per tenant
 
 _TO_SENDING = CHAT.where(to=ChatStatus.SENDING, alias="d")
+_TO_CANCELLED = CHAT.where(to=ChatStatus.CANCELLED, from_=[ChatStatus.PENDING, ChatStatus.DEFERRED],
+                           alias="d")
 _ANSWERED = CHAT.where(to=(ChatStatus.DELIVERED, ChatStatus.PENDING, ChatStatus.FAILED),
                        from_=[ChatStatus.SENDING])
 _UNSENT = CHAT.where(to=ChatStatus.PENDING, from_=[ChatStatus.SENDING])
@@ -57,11 +60,22 @@ _LEASE_OVER = CHAT.where(to=(ChatStatus.PENDING, ChatStatus.FAILED), from_=[Chat
 
 # --- queueing ----------------------------------------------------------------------------
 
+def _wanted(user: str, category: str, channel: str, locked: str) -> str:
+    """The SQL twin of domain resolve_channel_choice, for a person, a category and a channel
+    given as SQL expressions (a test checks the two agree on every combination)."""
+    tenant = (f"(SELECT tc.enabled FROM chat_category_defaults tc "
+              f"WHERE tc.category = {category} AND tc.channel = {channel})")
+    own = (f"(SELECT uc.enabled FROM chat_preferences uc WHERE uc.user_id = {user} "
+           f"AND uc.category = {category} AND uc.channel = {channel})")
+    return (f"CASE WHEN coalesce({locked}, false) THEN coalesce({tenant}, true) "
+            f"ELSE coalesce({own}, {tenant}, true) END")
+
+
 # The chat twin of notify_statement's email decision (domain chat_decision, with the choice
 # resolved as domain resolve_channel_choice): per person with a URL of their own, one per
 # claim to the tenant's channel when it has a URL. Only channels the rule names and the
 # tenant enabled; only claims whose notices exist (written just before, same transaction).
-_QUEUE = """
+_QUEUE = f"""
 WITH enabled AS (
     SELECT c.channel, c.webhook_url FROM chat_channels c
     WHERE c.enabled AND c.channel = ANY(%(channels)s)
@@ -72,10 +86,7 @@ WITH enabled AS (
     WHERE n.ledger_id = ANY(%(ledger_ids)s) AND n.category = %(category)s
 ), personal AS (
     SELECT nt.ledger_id, nt.user_id, e.channel, a.webhook_url, nt.title, nt.body, nt.href,
-           CASE WHEN td.locked THEN coalesce(tc.enabled, true)
-                WHEN uc.enabled IS NOT NULL THEN uc.enabled
-                WHEN tc.enabled IS NOT NULL THEN tc.enabled
-                ELSE true END AS wanted,
+           {_wanted("nt.user_id", "%(category)s", "e.channel", "td.locked")} AS wanted,
            quiet_hours_end(%(now)s, coalesce(u.time_zone, %(tenant_zone)s),
                            s.quiet_start, s.quiet_end) AS quiet_end,
            coalesce(td.critical, false) OR %(critical)s AS critical
@@ -83,9 +94,6 @@ WITH enabled AS (
     JOIN users u ON u.id = nt.user_id AND u.deactivated_at IS NULL
     CROSS JOIN enabled e
     JOIN chat_addresses a ON a.user_id = nt.user_id AND a.channel = e.channel
-    LEFT JOIN chat_preferences uc
-           ON uc.user_id = nt.user_id AND uc.category = %(category)s AND uc.channel = e.channel
-    LEFT JOIN chat_category_defaults tc ON tc.category = %(category)s AND tc.channel = e.channel
     LEFT JOIN category_defaults td ON td.category = %(category)s
     LEFT JOIN delivery_schedules s ON s.user_id = nt.user_id
 ), shared AS (
@@ -150,6 +158,23 @@ class ClaimedChat:
     critical: bool
 
 
+# At send time, as for email: a person who since turned the channel off for the category, or
+# took their URL away, is not sent the message (cancelled with why).
+_NO_URL = ("NOT EXISTS (SELECT 1 FROM chat_addresses a "
+           "WHERE a.user_id = d.recipient_user_id AND a.channel = d.channel)")
+_CANCEL_UNWANTED = f"""
+UPDATE chat_deliveries d
+SET status = 'cancelled', updated_at = now(),
+    status_reason = CASE WHEN {_NO_URL} THEN %(no_url)s ELSE %(opted_out)s END
+FROM notifications n
+LEFT JOIN category_defaults td ON td.category = n.category
+WHERE d.id = ANY(%(ids)s) AND d.recipient_user_id IS NOT NULL AND d.status IN ('pending', 'deferred')
+  AND n.ledger_id = d.ledger_id AND n.recipient_user_id = d.recipient_user_id
+  AND ({_NO_URL} OR NOT {_wanted("d.recipient_user_id", "n.category", "d.channel", "td.locked")})
+  AND {_TO_CANCELLED}
+"""
+NO_URL = "recipient removed their URL for this channel"
+
 # Deliveries due for a URL whose circuit is open wait until it closes, without an attempt.
 _WAIT_FOR_CIRCUIT = """
 UPDATE chat_deliveries d SET send_after = h.circuit_open_until, updated_at = now()
@@ -184,8 +209,10 @@ SELECT * FROM claimed ORDER BY id
 def claim_chats(slug: str, delivery_ids: list[int], lease_seconds: float) -> list[ClaimedChat]:
     """Claim the due ones among ``delivery_ids`` (committed): only the caller whose claim
     moved a delivery to sending posts it."""
-    _, rows = tenant_statements(slug, [(_WAIT_FOR_CIRCUIT, {"ids": delivery_ids}),
-                                       (_CLAIM, {"ids": delivery_ids, "lease": lease_seconds})])
+    _, _, rows = tenant_statements(slug, [
+        (_CANCEL_UNWANTED, {"ids": delivery_ids, "opted_out": CHAT_OPTED_OUT, "no_url": NO_URL}),
+        (_WAIT_FOR_CIRCUIT, {"ids": delivery_ids}),
+        (_CLAIM, {"ids": delivery_ids, "lease": lease_seconds})])
     return [ClaimedChat(int(str(r[0])), UUID(str(r[1])), int(str(r[2])), str(r[3]), str(r[4]),
                         str(r[5]), str(r[6]), str(r[7]), bool(r[8])) for r in rows]
 

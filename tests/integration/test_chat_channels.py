@@ -16,6 +16,7 @@ from db.delivery.chat_channels import (
     save_chat_choice,
     save_chat_default,
 )
+from db.delivery.chat_deliveries import NO_URL, claim_chats
 from db.notices.rule_notices import PreparedReport, prepare_rule_claims
 from db.people.preferences import save_category_default, save_schedule
 from db.platform.tenancy import Tenant, tenant_tx
@@ -262,3 +263,29 @@ def test_the_queueing_sql_resolves_each_persons_choice_as_the_domain_does(tenant
     wanted = {(category, people[choice]): resolve_channel_choice(choice, default, locked=locked)
               for (default, locked), category in categories.items() for choice in choices}
     assert got == wanted
+
+
+def test_a_deferred_message_is_not_sent_to_a_person_who_turned_the_channel_off_meanwhile(
+    tenant: Tenant,
+) -> None:
+    product = add_product(tenant)
+    changed, removed, kept = (add_person(tenant, f"{n}@example.com") for n in ("changed", "removed", "kept"))
+    _enable(tenant, "slack")
+    for user in (changed, removed, kept):
+        _own_url(tenant, user, "slack", f"http://127.0.0.1:9/{user}")
+    _prepare(tenant, fire(tenant, add_rule(tenant, product, "Later", recipients=ASSIGNEES, channels=CHAT),
+                          add_subject(tenant, product, "C-40", assignees=[changed, removed, kept])))
+    with tenant_tx(tenant.slug) as tx:
+        save_chat_choice(tx, changed, "case_alert", "slack", False)
+        save_chat_address(tx, removed, "slack", "", allow_private=True)
+        ids = [int(str(r[0])) for r in tx.conn.execute("SELECT id FROM chat_deliveries ORDER BY id")]
+    claimed = claim_chats(tenant.slug, ids, 60.0)
+    assert [c.delivery_id for c in claimed] == [
+        int(str(scalar(tenant, "SELECT id FROM chat_deliveries WHERE recipient_user_id = %s", kept)))]
+    with tenant_tx(tenant.slug) as tx:
+        rows = tx.conn.execute("SELECT recipient_user_id, status, status_reason "
+                               "FROM chat_deliveries").fetchall()
+    why = {int(str(r[0])): (str(r[1]), r[2]) for r in rows}
+    assert why[changed] == ("cancelled", CHAT_OPTED_OUT)
+    assert why[removed] == ("cancelled", NO_URL)
+    assert why[kept][0] == "sending"
