@@ -11,6 +11,7 @@ from db.platform.tenancy import tenant_tx
 from domain.people.identity import Role
 from tests.integration.builders import scalar
 from tests.integration.portal_support import PASSWORD, People, PortalClient, csrf_token, signed_in
+from tests.integration.rule_builders import add_product
 
 SLACK_URL = "https://hooks.slack.com/services/T0001/B0001/abcdefSECRETxyz9"
 
@@ -79,11 +80,16 @@ def test_bad_chat_urls_get_a_message_and_nothing_is_written(portal: PortalClient
 def test_the_defaults_page_and_the_rule_builder_offer_only_enabled_chat_channels(
     portal: PortalClient, people: People,
 ) -> None:
+    add_product(people.tenant)
     signed_in(portal, people, people.admin)
     assert 'id="chat-defaults-title"' not in portal.get("/preferences/defaults").text
+    builder = portal.get("/rules/new?product=fraud").text
+    assert 'value="email"' in builder and 'value="teams"' not in builder and 'value="slack"' not in builder
     assert _post(portal, "/channels/teams", "/channels", enabled="on") == 303
     defaults = portal.get("/preferences/defaults").text
     assert 'id="chat-defaults-title"' in defaults and "Microsoft Teams" in defaults
+    builder = portal.get("/rules/new?product=fraud").text
+    assert 'name="channels" value="teams"' in builder and 'value="slack"' not in builder
     assert _post(portal, "/preferences/defaults/case_alert/chat", "/preferences/defaults") == 303
     assert scalar(people.tenant, "SELECT enabled FROM chat_category_defaults WHERE category = 'case_alert' "
                                  "AND channel = 'teams'") is False
