@@ -179,6 +179,13 @@ def _webhook(w: World) -> int:
                                allow_private=False).id
 
 
+def _slack_on(w: World) -> str:
+    """Slack turned on for the tenant (the chat choices offer only enabled channels)."""
+    token = w.as_admin()
+    assert w.post("/channels/slack", token, enabled="on") == 303
+    return token
+
+
 def _redeliver_webhook(w: World) -> int:
     """A test event cancelled by a disabling, the endpoint enabled again, then redelivered."""
     endpoint_id = _webhook(w)
@@ -243,6 +250,18 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
                          email="on", frequency="instant"),
         "settings.category_default"),
     "GET, POST /unsubscribe/{token:str}": (_unsubscribe, "preference.save"),
+    "POST /channels/{channel:str}": (
+        lambda w: w.post("/channels/slack", w.as_admin(), enabled="on",
+                         webhook_url="https://hooks.slack.com/services/T0/B0/x"), "chat_channel.save"),
+    "POST /preferences/chat/{channel:str}": (
+        lambda w: w.post("/preferences/chat/slack", _slack_on(w),
+                         webhook_url="https://hooks.slack.com/services/T0/B0/own"),
+        "preference.chat_address"),
+    "POST /preferences/categories/{category:str}/chat": (
+        lambda w: w.post("/preferences/categories/case_alert/chat", _slack_on(w)), "preference.chat"),
+    "POST /preferences/defaults/{category:str}/chat": (
+        lambda w: w.post("/preferences/defaults/case_alert/chat", _slack_on(w), slack="on"),
+        "settings.chat_default"),
     "POST /api-keys/new": (lambda w: w.post("/api-keys/new", w.as_admin(), label="Case system"),
                            "api_key.create"),
     "POST /api-keys/{key_id:int}/revoke": (
