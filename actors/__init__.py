@@ -17,6 +17,7 @@ from actors import prepare as prepare
 from actors import relay as relay
 from actors import scan as scan
 from actors import sweep as sweep
+from actors import sms as sms
 from actors import webhooks as webhooks
 
-__all__ = ["broker", "digest", "email", "evidence", "prepare", "relay", "scan", "sweep", "webhooks"]
+__all__ = ["broker", "digest", "email", "evidence", "prepare", "relay", "scan", "sms", "sweep", "webhooks"]

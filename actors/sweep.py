@@ -18,6 +18,7 @@ import dramatiq
 
 from db.delivery.recovery import LeaseReport, ReconcileReport
 from db.delivery.sweep import run_sweep
+from db.delivery.sms_deliveries import sweep_sms
 from db.delivery.webhook_deliveries import sweep_webhooks
 from db.platform.runs import fan_out_order
 from domain.liveness import RunKind
@@ -38,6 +39,10 @@ def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
     with SWEEP_SECONDS.time():
         r = run_sweep(slug, messages_lost=messages_lost)
         hooks = sweep_webhooks(slug, everything_due=messages_lost)
+        texts = sweep_sms(slug, everything_due=messages_lost)
+    if texts.retried or texts.unknown or texts.enqueued:
+        log.info("swept sms tenant=%s retried=%d unknown=%d enqueued=%d", slug, texts.retried,
+                 texts.unknown, texts.enqueued)
     if hooks.retried or hooks.failed or hooks.enqueued:
         log.info("swept webhooks tenant=%s retried=%d failed=%d enqueued=%d", slug, hooks.retried,
                  hooks.failed, hooks.enqueued)

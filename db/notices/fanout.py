@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from db.delivery.sms_deliveries import queue_notice_sms
 from db.delivery.webhook_deliveries import queue_notice_webhooks
 from db.people.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.platform.effects import AnnounceInbox
@@ -123,6 +124,8 @@ def write_notices(
         tx.after_commit(AnnounceInbox(users))
     # The tenant's own systems hear of each claim whose notices were just written (webhooks).
     queue_notice_webhooks(tx, sorted({int(str(r[1])) for r in rows if r[0] == "claim"}))
+    # Texts to those who turned SMS on for the category (decided again when each is claimed).
+    queue_notice_sms(tx, sorted({int(str(r[1])) for r in rows if r[0] == "claim"}))
     return NoticesWritten(users, sorted(int(str(r[1])) for r in rows if r[0] == "email"))
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 from actors.email import send_deliveries
 from actors.prepare import send_claims
 from actors.relay import wake
+from actors.sms import send_sms
 from actors.webhooks import send_webhooks
 from db.platform.effects import (
     AnnounceInbox,
     PrepareClaims,
     PublishAlerts,
     SendEmails,
+    SendSms,
     SendWebhooks,
     WakeRelay,
     handle,
@@ -31,6 +33,7 @@ def install_effects(settings: Settings) -> None:
     handle(PrepareClaims, lambda slug, effect: send_claims(slug, effect.claims))
     handle(PublishAlerts, lambda slug, effect: _discard(publish_alerts(slug)))
     handle(SendWebhooks, lambda slug, effect: send_webhooks(slug, effect.delivery_ids))
+    handle(SendSms, lambda slug, effect: send_sms(slug, effect.delivery_ids))
     if settings.events_wakeup:
         handle(WakeRelay, lambda slug, effect: wake(slug))
     else:
