@@ -17,8 +17,8 @@ import logging
 import dramatiq
 
 from db.delivery.recovery import LeaseReport, ReconcileReport
-from db.delivery.sweep import run_sweep
 from db.delivery.sms_deliveries import sweep_sms
+from db.delivery.sweep import run_sweep
 from db.delivery.webhook_deliveries import sweep_webhooks
 from db.platform.runs import fan_out_order
 from domain.liveness import RunKind

@@ -59,10 +59,14 @@ SWEEP_BATCH = 1_000  # due texts one sweep enqueues per tenant
 _WAITING = sorted(s.value for s in WAITING)
 _SETTLE = {s: DELIVERY.where(to=s, within=WAITING) for s in (Status.CANCELLED, Status.DEFERRED)}
 _TO_SENDING = DELIVERY.where(to=Status.SENDING)
-_TO_ACCEPTED = DELIVERY.where(to=Status.ACCEPTED, from_=[Status.SENDING, Status.UNKNOWN])
-_RETRY_OR_FAIL = DELIVERY.where(to=(Status.FAILED, Status.PENDING), from_=[Status.SENDING])
-_TO_UNKNOWN = DELIVERY.where(to=Status.UNKNOWN, from_=[Status.SENDING])
-_REFUSED = DELIVERY.where(to=Status.CANCELLED, from_=[Status.SENDING])
+# The statuses an attempt's end may move its delivery to, each with the statuses it leaves.
+_END = {
+    Status.ACCEPTED: DELIVERY.where(to=Status.ACCEPTED, from_=[Status.SENDING, Status.UNKNOWN]),
+    Status.PENDING: DELIVERY.where(to=Status.PENDING, from_=[Status.SENDING]),
+    Status.FAILED: DELIVERY.where(to=Status.FAILED, from_=[Status.SENDING]),
+    Status.UNKNOWN: DELIVERY.where(to=Status.UNKNOWN, from_=[Status.SENDING]),
+    Status.CANCELLED: DELIVERY.where(to=Status.CANCELLED, from_=[Status.SENDING]),
+}
 _LEASE_OVER = DELIVERY.where(to=(Status.PENDING, Status.UNKNOWN), from_=[Status.SENDING], alias="d")
 
 
@@ -190,10 +194,11 @@ def claim_sms(slug: str, delivery_ids: list[int], lease_seconds: int, portal_url
             {"ids": sorted(to_send), "lease": lease_seconds},
         ).fetchall()
     claims = []
-    for delivery_id, token, attempt in claimed:
+    for row in claimed:
+        token = row[1]
         assert isinstance(token, UUID)
-        phone, text = to_send[int(str(delivery_id))]
-        claims.append(ClaimedSms(int(str(delivery_id)), token, int(str(attempt)), phone, text))
+        phone, text = to_send[int(str(row[0]))]
+        claims.append(ClaimedSms(int(str(row[0])), token, int(str(row[2])), phone, text))
     return claims
 
 
@@ -229,7 +234,7 @@ def mark_called(slug: str, claim: ClaimedSms, price_per_segment: Decimal, cap: D
         assert spent_row is not None
         refusal = spend_refusal(Decimal(str(spent_row[0])), cost, cap, str(spent_row[1]))
         if refusal is not None:
-            _end(tx, claim, Status.CANCELLED, "cancelled", refusal, _REFUSED)
+            _end(tx, claim, Status.CANCELLED, "cancelled", refusal)
             return Marked(False, refusal)
         tx.conn.execute(
             "UPDATE sms_attempts SET called_at = now(), phone = %s, segments = %s, cost = %s "
@@ -238,8 +243,8 @@ def mark_called(slug: str, claim: ClaimedSms, price_per_segment: Decimal, cap: D
     return Marked(True, None)
 
 
-def _end(tx: TenantTx, claim: ClaimedSms, status: Status, outcome: str, reason: str, guard: str,
-         *, retry_at: datetime | None = None, keep_cost: bool = False,
+def _end(tx: TenantTx, claim: ClaimedSms, status: Status, outcome: str, reason: str, *,
+         retry_at: datetime | None = None, keep_cost: bool = False,
          message_id: str | None = None) -> bool:
     """One attempt's end and its delivery's next status, fenced by the claim token."""
     row = tx.conn.execute(
@@ -250,7 +255,7 @@ def _end(tx: TenantTx, claim: ClaimedSms, status: Status, outcome: str, reason: 
                 send_after = coalesce(%(retry_at)s, send_after),
                 provider_message_id = coalesce(%(message_id)s, provider_message_id),
                 accepted_at = CASE WHEN %(status)s = 'accepted' THEN now() END, updated_at = now()
-            WHERE id = %(id)s AND claim_token = %(token)s AND {guard}
+            WHERE id = %(id)s AND claim_token = %(token)s AND {_END[status]}
             RETURNING id
         )
         UPDATE sms_attempts
@@ -271,7 +276,7 @@ def _end(tx: TenantTx, claim: ClaimedSms, status: Status, outcome: str, reason: 
 
 def record_accepted(slug: str, claim: ClaimedSms, message_id: str) -> bool:
     with tenant_tx(slug) as tx:
-        return _end(tx, claim, Status.ACCEPTED, "accepted", "", _TO_ACCEPTED, keep_cost=True,
+        return _end(tx, claim, Status.ACCEPTED, "accepted", "", keep_cost=True,
                     message_id=message_id)
 
 
@@ -281,13 +286,13 @@ def record_error(slug: str, claim: ClaimedSms, error_class: ErrorClass, error: s
     SNS may have sent it), else a retry at its backoff or failed for good (price given back)."""
     with tenant_tx(slug) as tx:
         if error_class is ErrorClass.UNCERTAIN:
-            _end(tx, claim, Status.UNKNOWN, "unknown", error, _TO_UNKNOWN, keep_cost=True)
+            _end(tx, claim, Status.UNKNOWN, "unknown", error, keep_cost=True)
             return Status.UNKNOWN
         if should_retry(error_class, claim.attempt):
-            _end(tx, claim, Status.PENDING, "retry", error, _RETRY_OR_FAIL,
+            _end(tx, claim, Status.PENDING, "retry", error,
                  retry_at=utcnow() + retry_delay(claim.attempt, jitter))
             return Status.PENDING
-        _end(tx, claim, Status.FAILED, "failed", error, _RETRY_OR_FAIL)
+        _end(tx, claim, Status.FAILED, "failed", error)
         return Status.FAILED
 
 
@@ -297,7 +302,7 @@ def record_opted_out(slug: str, claim: ClaimedSms) -> None:
     with tenant_tx(slug) as tx:
         tx.conn.execute("INSERT INTO sms_opt_outs (phone, source) VALUES (%s, 'provider') "
                         "ON CONFLICT (phone) DO NOTHING", [claim.phone])
-        _end(tx, claim, Status.CANCELLED, "cancelled", OPTED_OUT_AT_PROVIDER, _REFUSED)
+        _end(tx, claim, Status.CANCELLED, "cancelled", OPTED_OUT_AT_PROVIDER)
 
 
 # --- the sweep ---------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import smtplib
-import socket
 import ssl
 import threading
 from dataclasses import dataclass
@@ -91,7 +90,7 @@ class SmtpMailer:
             raise ProviderError(error_class, f"SMTP {error.smtp_code}") from None
         except smtplib.SMTPRecipientsRefused:
             raise ProviderError(ErrorClass.PERMANENT, "SMTP refused the recipient") from None
-        except (smtplib.SMTPServerDisconnected, TimeoutError, socket.timeout) as error:
+        except (smtplib.SMTPServerDisconnected, TimeoutError) as error:
             # The conversation broke off: the server may have queued the message already.
             raise ProviderError(ErrorClass.UNCERTAIN, f"SMTP {type(error).__name__}") from None
         except (OSError, smtplib.SMTPException) as error:
