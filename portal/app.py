@@ -36,6 +36,7 @@ from portal.routes import (
     branding,
     client_admin,
     client_import,
+    email_failover,
     events_api,
     evidence,
     evidence_chain,
@@ -54,6 +55,7 @@ from portal.routes import (
     rule_dry_run,
     rules,
     tenant_settings,
+    texts,
     unsubscribe,
     webhooks,
 )
@@ -161,6 +163,8 @@ def create_app(
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *webhooks.ROUTES,
             *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
             *client_import.ROUTES, *evidence_chain.ROUTES, *brand.ROUTES, *branding.ROUTES,
+            *texts.ROUTES,
+            *email_failover.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

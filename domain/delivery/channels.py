@@ -30,12 +30,14 @@ class Channel(StrEnum):
     EMAIL = "email"
     IN_APP = "in_app"
     WEBHOOK = "webhook"  # the tenant's own systems (an endpoint, not a person)
+    SMS = "sms"  # a text to the person's mobile number, through AWS SNS
 
 
 class AddressKind(StrEnum):
     EMAIL_ADDRESS = "email_address"  # the recipient's address, checked against suppressions
     INBOX = "inbox"  # the recipient's portal inbox: no address
     HTTPS_URL = "https_url"  # an endpoint URL, checked by the SSRF guard before each call
+    PHONE_NUMBER = "phone_number"  # E.164, checked against the STOP list and SNS's opt-outs
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ CHANNELS: dict[Channel, ChannelSpec] = {
     Channel.WEBHOOK: ChannelSpec(Channel.WEBHOOK, AddressKind.HTTPS_URL, None,
                                  receiver_dedupes=True, has_provider_call=True,
                                  respects_quiet_hours=False),
+    # SNS's default account limit is 20 texts per second; a repeat cannot be recognised.
+    Channel.SMS: ChannelSpec(Channel.SMS, AddressKind.PHONE_NUMBER, 20.0,
+                             receiver_dedupes=False, has_provider_call=True,
+                             respects_quiet_hours=True),
 }
 
 
