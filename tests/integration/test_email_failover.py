@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,9 @@ from tests.integration.conftest import RunningWorker
 from tests.support.faulty_ses import FaultySes
 from tests.support.smtp_server import LocalSmtp
 from tocsin.core.settings import load_settings
+from tocsin.providers.ses import OutgoingEmail
 from tocsin.providers.smtp import SmtpMailer, set_smtp_mailer
+from tocsin.shell.services import EmbeddedServices, _start_local_smtp
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 
@@ -125,3 +128,17 @@ def test_an_smtp_server_that_refuses_leaves_the_delivery_to_retry_with_both_erro
     error = str(scalar(tenant, "SELECT last_error FROM notification_deliveries"))
     assert "ServiceUnavailable" in error and "then through SMTP" in error
     assert _attempts(tenant)[0][1:3] == ("retry", ["ses", "smtp"])
+
+
+def test_the_local_smtp_server_of_tocsin_up_keeps_each_message_in_its_maildir(tmp_path: Path) -> None:
+    services = EmbeddedServices()
+    try:
+        _start_local_smtp(services, tmp_path)
+        mailer = SmtpMailer(replace(load_settings(), smtp_url=services.env["SMTP_URL"]))
+        mailer.send(OutgoingEmail("<delivery-1.demo@tocsin.example>", "someone@example.com", "Hello",
+                                  "A failover email.\n", {}))
+        assert services.local_maildir is not None
+        [kept] = list((services.local_maildir / "new").iterdir())
+        assert "Message-ID: <delivery-1.demo@tocsin.example>" in kept.read_text()
+    finally:
+        services.stop()
