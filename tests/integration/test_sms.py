@@ -9,10 +9,12 @@ import json
 import os
 import urllib.request
 from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal
 
 import pytest
 
 from actors.sms import deliver_sms
+from db.delivery.sms_deliveries import claim_sms, mark_called, sweep_sms
 from db.notices.fanout import prepare_claims
 from db.notices.licence_scan import claim_due_milestones
 from db.people.preferences import save_schedule
@@ -179,3 +181,22 @@ def test_a_phone_number_is_kept_in_e164_and_one_that_is_not_a_mobile_number_is_r
             with pytest.raises(InvalidInput, match=says):
                 save_phone(tx, user.id, typed)
     assert scalar(tenant, "SELECT phone FROM sms_numbers") == PHONE
+
+
+def test_a_worker_lost_after_the_publish_leaves_the_text_unknown_and_held_and_one_lost_before_it_retries(
+    tenant: Tenant, ses: SesOutbox
+) -> None:
+    _people(tenant, [PHONE, "+447400123457"])
+    ids = _claim(tenant)
+    before, after = claim_sms(tenant.slug, ids, lease_seconds=60, portal_url="http://portal")
+    assert mark_called(tenant.slug, after, Decimal("0.01"), Decimal("50")).go  # then the worker dies
+    with tenant_tx(tenant.slug) as tx:  # both leases run out
+        tx.conn.execute("UPDATE sms_deliveries SET lease_until = now() - interval '1 second'")
+    swept = sweep_sms(tenant.slug)
+    assert (swept.retried, swept.unknown) == (1, 1)
+    with tenant_tx(tenant.slug) as tx:
+        rows = dict(tx.conn.execute("SELECT id, status FROM sms_deliveries").fetchall())
+        spent = tx.conn.execute("SELECT sum(cost) FROM sms_attempts").fetchone()
+    assert rows == {before.delivery_id: "pending", after.delivery_id: "unknown"}
+    assert spent is not None and str(spent[0]) == "0.01000"  # the unknown one may have been sent
+    assert sweep_sms(tenant.slug).unknown == 0  # held: not resent, not counted twice
