@@ -51,13 +51,15 @@ def test_the_price_is_segments_times_the_price_of_one() -> None:
 def test_the_spend_cap_refuses_the_text_that_would_pass_it_and_says_by_how_much() -> None:
     assert spend_refusal(Decimal("49.98"), Decimal("0.02"), Decimal("50"), "2027-09") is None
     reason = spend_refusal(Decimal("49.99"), Decimal("0.02"), Decimal("50"), "2027-09")
-    assert reason == "monthly SMS spend cap reached: 49.99 of 50.00 spent in 2027-09, and this text costs 0.0200"
+    assert reason == ("monthly SMS spend cap reached: 49.99 of 50.00 spent in 2027-09, "
+                      "and this text costs 0.0200")
 
 
 @pytest.mark.parametrize(("recipient", "quiet", "action", "reason"), [
     (SmsRecipient(None, True, False, False), None, SendAction.CANCEL, "recipient has no mobile number"),
     (SmsRecipient("+447400123456", False, False, False), None, SendAction.CANCEL, SMS_OFF),
-    (SmsRecipient("+447400123456", True, True, True), None, SendAction.CANCEL, "the number asked to STOP texts"),
+    (SmsRecipient("+447400123456", True, True, True), None, SendAction.CANCEL,
+     "the number asked to STOP texts"),
     (SmsRecipient("+447400123456", True, False, False), NOW, SendAction.DEFER, None),
     (SmsRecipient("+447400123456", True, False, True), NOW, SendAction.SEND, None),
     (SmsRecipient("+447400123456", True, False, False), None, SendAction.SEND, None),
@@ -81,17 +83,20 @@ def test_no_failover_class_chosen_means_ses_only() -> None:
 
 def test_sending_paused_fails_over_at_once() -> None:
     failure = SesFailure("SendingPausedException", 400)
-    reason = failover_reason(FailoverPolicy(on_paused=True), failure, next_run(SesRun(), failure, NOW), NOW)
+    run = next_run(SesRun(), failure, NOW)
+    reason = failover_reason(FailoverPolicy(on_paused=True), failure, run, NOW)
     assert reason == "SES sending paused (SendingPausedException)"
 
 
 def test_throttling_fails_over_only_past_the_tenants_patience() -> None:
-    policy, failure = FailoverPolicy(on_throttled=True, throttled_minutes=15), SesFailure("Throttling", 400)
+    policy = FailoverPolicy(on_throttled=True, throttled_minutes=15)
+    failure = SesFailure("Throttling", 400)
     run = next_run(SesRun(), failure, NOW)
     assert failover_reason(policy, failure, run, NOW + timedelta(minutes=14)) is None
     later = next_run(run, failure, NOW + timedelta(minutes=15))
     assert later.throttled_since == NOW
-    assert "throttling for 15 min" in str(failover_reason(policy, failure, later, NOW + timedelta(minutes=15)))
+    reason = failover_reason(policy, failure, later, NOW + timedelta(minutes=15))
+    assert "throttling for 15 min" in str(reason)
 
 
 def test_a_run_of_5xx_counts_answers_in_a_row_and_another_error_breaks_it() -> None:
@@ -101,7 +106,8 @@ def test_a_run_of_5xx_counts_answers_in_a_row_and_another_error_breaks_it() -> N
     broken = next_run(run, SesFailure("MessageRejected", 400), NOW)
     assert broken == SesRun(0, None)
     run = next_run(run, failure, NOW)
-    assert failover_reason(policy, failure, run, NOW) == "SES answered 3 server error(s) in a row (last HTTP 503)"
+    assert failover_reason(policy, failure, run, NOW) == \
+        "SES answered 3 server error(s) in a row (last HTTP 503)"
 
 
 def test_a_policy_out_of_bounds_is_refused_with_a_message() -> None:
