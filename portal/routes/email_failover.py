@@ -42,7 +42,7 @@ def _admin(viewer: Viewer) -> Viewer:
 
 def _whole(value: str, what: str) -> int:
     text = value.strip()
-    if not text.isdigit() or len(text) > 5:
+    if not (text.isascii() and text.isdigit()) or len(text) > 5:
         raise InvalidInput(f"{what} must be a whole number")
     return int(text)
 
