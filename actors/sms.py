@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
+import time
 from decimal import Decimal
 
 import dramatiq
@@ -20,6 +22,7 @@ from db.delivery.sms_deliveries import (
     record_accepted,
     record_error,
     record_opted_out,
+    record_provider_opt_outs,
 )
 from db.platform.pool import retrying
 from domain.delivery.states import ErrorClass
@@ -27,12 +30,13 @@ from tocsin.core import runtime
 from tocsin.providers.ses import ProviderError
 from tocsin.providers.sns_sms import get_sms_sender
 
-__all__ = ["SMS_PER_MESSAGE", "deliver_sms", "send_sms"]
+__all__ = ["OPT_OUT_LIST_SECONDS", "SMS_PER_MESSAGE", "deliver_sms", "send_sms", "sync_provider_opt_outs"]
 
 # Ids, attempts and outcomes only: never phone numbers or texts.
 log = logging.getLogger("tocsin.sms")
 
 SMS_PER_MESSAGE = 20  # texts of one tenant that one deliver_sms message carries
+OPT_OUT_LIST_SECONDS = 600.0  # seconds a process keeps SNS's opt-out list before reading it again
 
 
 # The time limit stays under the default lease (5 minutes): a stuck worker records its
@@ -84,6 +88,39 @@ def _record(slug: str, claim: ClaimedSms, error_class: ErrorClass, error: str) -
     status = retrying(lambda: record_error(slug, claim, error_class, error, random.random()))
     log.warning("sms tenant=%s id=%d attempt=%d %s error: %s -> %s", slug, claim.delivery_id,
                 claim.attempt, error_class.value, error, status.value)
+
+
+def sync_provider_opt_outs(slug: str) -> int:
+    """The sweeper's step: numbers SNS lists as opted out join the tenant's STOP list. The
+    list is the account's, read at most once per OPT_OUT_LIST_SECONDS by each process; a
+    failure to read it is logged and changes nothing (each publish still asks SNS first)."""
+    numbers = _opt_out_list.get()
+    return retrying(lambda: record_provider_opt_outs(slug, numbers)) if numbers else 0
+
+
+class _OptOutList:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._numbers: frozenset[str] = frozenset()
+        self._read_at = -OPT_OUT_LIST_SECONDS
+
+    def get(self) -> frozenset[str]:
+        with self._lock:
+            if time.monotonic() - self._read_at >= OPT_OUT_LIST_SECONDS:
+                self._read_at = time.monotonic()
+                try:
+                    self._numbers = get_sms_sender().opted_out_numbers()
+                except ProviderError as error:
+                    log.warning("sms: could not read SNS's opt-out list: %s", error)
+            return self._numbers
+
+    def forget(self) -> None:
+        """Read the list again on next use (tests)."""
+        with self._lock:
+            self._read_at = -OPT_OUT_LIST_SECONDS
+
+
+_opt_out_list = _OptOutList()
 
 
 def send_sms(slug: str, delivery_ids: list[int]) -> None:

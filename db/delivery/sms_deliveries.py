@@ -50,6 +50,7 @@ __all__ = [
     "record_accepted",
     "record_error",
     "record_opted_out",
+    "record_provider_opt_outs",
     "sweep_sms",
 ]
 
@@ -303,6 +304,19 @@ def record_opted_out(slug: str, claim: ClaimedSms) -> None:
         tx.conn.execute("INSERT INTO sms_opt_outs (phone, source) VALUES (%s, 'provider') "
                         "ON CONFLICT (phone) DO NOTHING", [claim.phone])
         _end(tx, claim, Status.CANCELLED, "cancelled", OPTED_OUT_AT_PROVIDER)
+
+
+def record_provider_opt_outs(slug: str, numbers: frozenset[str]) -> int:
+    """The tenant's people whose number SNS lists as opted out join its STOP list (source
+    provider), so their texts are cancelled at the claim, before any call to SNS."""
+    if not numbers:
+        return 0
+    with tenant_tx(slug) as tx:
+        rows = tx.conn.execute(
+            "INSERT INTO sms_opt_outs (phone, source) SELECT DISTINCT phone, 'provider' FROM sms_numbers "
+            "WHERE phone = ANY(%s) ON CONFLICT (phone) DO NOTHING RETURNING phone",
+            [sorted(numbers)]).fetchall()
+    return len(rows)
 
 
 # --- the sweep ---------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from decimal import Decimal
 
 import pytest
 
-from actors.sms import deliver_sms
+from actors.sms import _opt_out_list, deliver_sms
+from actors.sweep import sweep_tenant
 from db.delivery.sms_deliveries import claim_sms, mark_called, sweep_sms
 from db.notices.fanout import prepare_claims
 from db.notices.licence_scan import claim_due_milestones
@@ -200,3 +201,18 @@ def test_a_worker_lost_after_the_publish_leaves_the_text_unknown_and_held_and_on
     assert rows == {before.delivery_id: "pending", after.delivery_id: "unknown"}
     assert spent is not None and str(spent[0]) == "0.01000"  # the unknown one may have been sent
     assert sweep_sms(tenant.slug).unknown == 0  # held: not resent, not counted twice
+
+
+def test_the_sweeper_adds_numbers_that_sns_lists_as_opted_out_to_the_stop_list(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    listed = "+447420500600"  # on the local endpoint's opt-out list
+    _people(tenant, [listed, PHONE])
+    _opt_out_list.forget()
+    sweep_tenant.send(tenant.slug)
+    worker.drain()
+    with tenant_tx(tenant.slug) as tx:
+        assert tx.conn.execute("SELECT phone, source FROM sms_opt_outs").fetchall() == [(listed, "provider")]
+    deliver_sms.send(tenant.slug, *_claim(tenant))
+    worker.drain()
+    assert [number for number, _ in _texts_at_endpoint()] == [PHONE]

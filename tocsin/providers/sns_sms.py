@@ -24,6 +24,8 @@ __all__ = ["SmsSender", "SnsSmsSender", "get_sms_sender", "set_sms_sender"]
 class SmsSender(Protocol):
     def opted_out(self, phone: str) -> bool: ...
 
+    def opted_out_numbers(self) -> frozenset[str]: ...
+
     def publish(self, phone: str, text: str) -> Accepted: ...
 
 
@@ -41,6 +43,23 @@ class SnsSmsSender:
         except BotoCoreError as error:
             raise ProviderError(ErrorClass.TRANSIENT, f"opt-out check: {type(error).__name__}") from None
         return bool(answer.get("isOptedOut"))
+
+    def opted_out_numbers(self) -> frozenset[str]:
+        """Every number SNS holds as opted out of the account's texts (all pages)."""
+        numbers: set[str] = set()
+        token = ""
+        try:
+            while True:
+                page = self._client.list_phone_numbers_opted_out(nextToken=token) if token \
+                    else self._client.list_phone_numbers_opted_out()
+                numbers.update(page.get("phoneNumbers", []))
+                token = page.get("nextToken") or ""
+                if not token:
+                    return frozenset(numbers)
+        except ClientError as error:
+            raise _provider_error(error) from None
+        except BotoCoreError as error:
+            raise ProviderError(ErrorClass.TRANSIENT, f"opt-out list: {type(error).__name__}") from None
 
     def publish(self, phone: str, text: str) -> Accepted:
         try:
