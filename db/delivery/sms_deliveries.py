@@ -276,9 +276,16 @@ def _end(tx: TenantTx, claim: ClaimedSms, status: Status, outcome: str, reason: 
 
 
 def record_accepted(slug: str, claim: ClaimedSms, message_id: str) -> bool:
+    """SNS took the text; its claim counts as delivered (as an email's acceptance does), so a
+    notice that went by text alone is not reported stuck."""
     with tenant_tx(slug) as tx:
-        return _end(tx, claim, Status.ACCEPTED, "accepted", "", keep_cost=True,
-                    message_id=message_id)
+        if not _end(tx, claim, Status.ACCEPTED, "accepted", "", keep_cost=True, message_id=message_id):
+            return False
+        tx.conn.execute(
+            "UPDATE notification_ledger l SET delivered_at = now() "
+            "FROM sms_deliveries d JOIN notifications n ON n.id = d.notification_id "
+            "WHERE d.id = %s AND l.id = n.ledger_id AND l.delivered_at IS NULL", [claim.delivery_id])
+        return True
 
 
 def record_error(slug: str, claim: ClaimedSms, error_class: ErrorClass, error: str,

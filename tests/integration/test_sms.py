@@ -59,6 +59,17 @@ def _claim(tenant: Tenant) -> list[int]:
         return [int(str(r[0])) for r in tx.conn.execute("SELECT id FROM sms_deliveries ORDER BY id")]
 
 
+def _deliver_after_setup(tenant: Tenant, ids: list[int]) -> None:
+    """Deliver with a worker started only now: the wake-up the claim enqueued is flushed
+    with the broker, so no text can go out before the test has changed what it wanted."""
+    running = RunningWorker()
+    try:
+        deliver_sms.send(tenant.slug, *ids)
+        running.drain()
+    finally:
+        running.stop()
+
+
 def _status(tenant: Tenant) -> list[tuple[object, ...]]:
     with tenant_tx(tenant.slug) as tx:
         return tx.conn.execute("SELECT status, status_reason FROM sms_deliveries ORDER BY id").fetchall()
@@ -81,6 +92,8 @@ def test_a_text_is_published_once_to_the_local_sns_endpoint_and_its_price_counte
     with tenant_tx(tenant.slug) as tx:
         attempts = tx.conn.execute("SELECT outcome, segments, cost FROM sms_attempts").fetchall()
     assert [(a[0], a[1], str(a[2])) for a in attempts] == [("accepted", 1, "0.01000")]
+    claimed = "SELECT delivered_at IS NOT NULL FROM notification_ledger WHERE status = 'claimed'"
+    assert scalar(tenant, claimed) is True
 
 
 def test_a_number_opted_out_at_the_provider_gets_no_text_and_joins_the_stop_list(
@@ -131,22 +144,19 @@ def test_a_user_who_turned_the_categorys_sms_off_gets_none(
     assert _texts_at_endpoint() == []
 
 
-def test_turning_sms_off_after_the_claim_cancels_the_waiting_text(
-    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
-) -> None:
+def test_turning_sms_off_after_the_claim_cancels_the_waiting_text(tenant: Tenant, ses: SesOutbox) -> None:
     [user] = _people(tenant, [PHONE])
     ids = _claim(tenant)
     with tenant_tx(tenant.slug) as tx:
         set_sms_category(tx, user, CATEGORY, False)
-    deliver_sms.send(tenant.slug, *ids)
-    worker.drain()
+    _deliver_after_setup(tenant, ids)
     assert _texts_at_endpoint() == []
     assert _status(tenant) == [("cancelled", SMS_OFF)]
 
 
 @pytest.mark.parametrize("critical", [False, True])
 def test_quiet_hours_defer_a_text_like_an_email_and_a_critical_notice_goes_through(
-    tenant: Tenant, worker: RunningWorker, ses: SesOutbox, critical: bool
+    tenant: Tenant, ses: SesOutbox, critical: bool
 ) -> None:
     [user] = _people(tenant, [PHONE])
     with tenant_tx(tenant.slug) as tx:
@@ -159,8 +169,7 @@ def test_quiet_hours_defer_a_text_like_an_email_and_a_critical_notice_goes_throu
     ids = _claim(tenant)
     night = datetime(2027, 9, 1, 23, 0, tzinfo=UTC)  # midnight in London: quiet
     with pinned(night):
-        deliver_sms.send(tenant.slug, *ids)
-        worker.drain()
+        _deliver_after_setup(tenant, ids)
     if critical:
         assert len(_texts_at_endpoint()) == 1
         assert _status(tenant) == [("accepted", None)]
