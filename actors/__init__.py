@@ -17,7 +17,9 @@ from actors import evidence as evidence
 from actors import prepare as prepare
 from actors import relay as relay
 from actors import scan as scan
+from actors import sms as sms
 from actors import sweep as sweep
 from actors import webhooks as webhooks
 
-__all__ = ["broker", "chat", "digest", "email", "evidence", "prepare", "relay", "scan", "sweep", "webhooks"]
+__all__ = ["broker", "chat", "digest", "email", "evidence", "prepare", "relay", "scan", "sms", "sweep",
+           "webhooks"]

@@ -37,6 +37,7 @@ from portal.routes import (
     chat,
     client_admin,
     client_import,
+    email_failover,
     email_templates,
     events_api,
     evidence,
@@ -57,6 +58,7 @@ from portal.routes import (
     rules,
     subject_import,
     tenant_settings,
+    texts,
     unsubscribe,
     webhooks,
 )
@@ -165,6 +167,8 @@ def create_app(
             *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
             *client_import.ROUTES, *subject_import.ROUTES, *evidence_chain.ROUTES, *brand.ROUTES,
             *branding.ROUTES, *email_templates.ROUTES,
+            *texts.ROUTES,
+            *email_failover.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from db.delivery.chat_deliveries import queue_chat_deliveries
+from db.delivery.sms_deliveries import queue_notice_sms
 from db.delivery.webhook_deliveries import queue_notice_webhooks
 from db.people.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.platform.effects import AnnounceInbox
@@ -127,6 +128,8 @@ def write_notices(
     queue_notice_webhooks(tx, claims)
     # Slack and Teams, when the rule names them (``chat``) and the tenant enabled them.
     queue_chat_deliveries(tx, claims, list(chat), category=category, critical=critical, now=now)
+    # Texts to those who turned SMS on for the category (decided again when each is claimed).
+    queue_notice_sms(tx, claims)
     return NoticesWritten(users, sorted(int(str(r[1])) for r in rows if r[0] == "email"))
 
 

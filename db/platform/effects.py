@@ -29,6 +29,7 @@ __all__ = [
     "PublishAlerts",
     "SendChats",
     "SendEmails",
+    "SendSms",
     "SendWebhooks",
     "WakeRelay",
     "carry_out",
@@ -95,6 +96,16 @@ class PublishAlerts(Collected):
 
     def absorb(self, other: PublishAlerts) -> None:
         pass
+
+
+@dataclass
+class SendSms(Collected):
+    """SMS deliveries marked enqueued in the transaction, for the SMS workers."""
+
+    delivery_ids: list[int] = field(default_factory=list)
+
+    def absorb(self, other: SendSms) -> None:
+        self.delivery_ids.extend(other.delivery_ids)
 
 
 @dataclass

@@ -32,6 +32,7 @@ class Channel(StrEnum):
     WEBHOOK = "webhook"  # the tenant's own systems (an endpoint, not a person)
     SLACK = "slack"  # a Slack incoming-webhook URL (the tenant's channel, or a person's own)
     TEAMS = "teams"  # a Microsoft Teams incoming-webhook URL (likewise)
+    SMS = "sms"  # a text to the person's mobile number, through AWS SNS
 
 
 class AddressKind(StrEnum):
@@ -39,6 +40,7 @@ class AddressKind(StrEnum):
     INBOX = "inbox"  # the recipient's portal inbox: no address
     HTTPS_URL = "https_url"  # an endpoint URL, checked by the SSRF guard before each call
     CHAT_WEBHOOK_URL = "chat_webhook_url"  # an incoming-webhook URL, SSRF-guarded like HTTPS_URL
+    PHONE_NUMBER = "phone_number"  # E.164, checked against the STOP list and SNS's opt-outs
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ CHANNELS: dict[Channel, ChannelSpec] = {
     Channel.TEAMS: ChannelSpec(Channel.TEAMS, AddressKind.CHAT_WEBHOOK_URL, 4.0,
                                receiver_dedupes=False, has_provider_call=True,
                                respects_quiet_hours=True),
+    # SNS's default account limit is 20 texts per second; a repeat cannot be recognised.
+    Channel.SMS: ChannelSpec(Channel.SMS, AddressKind.PHONE_NUMBER, 20.0,
+                             receiver_dedupes=False, has_provider_call=True,
+                             respects_quiet_hours=True),
 }
 
 

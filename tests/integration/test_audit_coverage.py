@@ -82,6 +82,12 @@ class World:
                                 follow_redirects=False).status_code
 
 
+def _stop_texts(world: World) -> int:
+    token = world.as_admin()
+    world.post("/preferences/texts/phone", token, phone="+44 7400 123456")
+    return world.post("/preferences/texts/stop", token, sms="on")
+
+
 def hold_a_delivery(world: World) -> int:
     """The client user's d7 reminder, held for review as the sweep leaves it under hold."""
     delivery_id = int(scalar(world.tenant,
@@ -364,6 +370,15 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
         _restore_template, "email_template.restore"),
     "POST /preferences/language": (
         lambda w: w.post("/preferences/language", w.as_admin(), locale="de"), "preference.language"),
+    "POST /preferences/texts/phone": (
+        lambda w: w.post("/preferences/texts/phone", w.as_admin(), phone="+44 7400 123456"), "sms.phone"),
+    "POST /preferences/texts/category": (
+        lambda w: w.post("/preferences/texts/category", w.as_admin(), category="report_ready", sms="on"),
+        "sms.category"),
+    "POST /preferences/texts/stop": (_stop_texts, "sms.stop"),
+    "POST /channels/email-failover": (
+        lambda w: w.post("/channels/email-failover", w.as_admin(), on_5xx="on", run_of_5xx="3",
+                         throttled_minutes="15"), "email_failover.save"),
     "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
     "POST /api/v1/events/batch": (
         lambda w: _events(w, "/api/v1/events/batch", {"events": [case_event("C-1"), case_event("C-2")]}),

@@ -27,6 +27,7 @@ MACHINE_OF_TABLE = {
     "clients": "LICENCE",
     "webhook_deliveries": "WEBHOOK",
     "chat_deliveries": "CHAT",
+    "sms_deliveries": "DELIVERY",
 }
 
 _MARK = re.compile(r"\x00(\d+)\x00")

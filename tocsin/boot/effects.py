@@ -9,6 +9,7 @@ from actors.chat import send_chats
 from actors.email import send_deliveries
 from actors.prepare import send_claims
 from actors.relay import wake
+from actors.sms import send_sms
 from actors.webhooks import send_webhooks
 from db.platform.effects import (
     AnnounceInbox,
@@ -16,6 +17,7 @@ from db.platform.effects import (
     PublishAlerts,
     SendChats,
     SendEmails,
+    SendSms,
     SendWebhooks,
     WakeRelay,
     handle,
@@ -34,6 +36,7 @@ def install_effects(settings: Settings) -> None:
     handle(PublishAlerts, lambda slug, effect: _discard(publish_alerts(slug)))
     handle(SendWebhooks, lambda slug, effect: send_webhooks(slug, effect.delivery_ids))
     handle(SendChats, lambda slug, effect: send_chats(slug, effect.delivery_ids))
+    handle(SendSms, lambda slug, effect: send_sms(slug, effect.delivery_ids))
     if settings.events_wakeup:
         handle(WakeRelay, lambda slug, effect: wake(slug))
     else:
