@@ -104,7 +104,7 @@ LOCALES := en de fr
 LOCALE_DIR := tocsin/core/locale
 translations: $(STAMP)
 	$(BIN)/pybabel extract -F babel.cfg -k N_ --no-location --sort-output --omit-header \
-	  -o $(LOCALE_DIR)/messages.pot domain tocsin
+	  -o $(LOCALE_DIR)/messages.pot domain tocsin portal
 	for l in $(LOCALES); do \
 	  if [ -f $(LOCALE_DIR)/$$l/LC_MESSAGES/messages.po ]; then \
 	    $(BIN)/pybabel update --no-fuzzy-matching --omit-header -i $(LOCALE_DIR)/messages.pot \

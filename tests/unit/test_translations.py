@@ -33,7 +33,7 @@ def _catalog(path: Path | str) -> Catalog:
 def _extracted(tmp_path: Path) -> set[object]:
     out = tmp_path / "messages.pot"
     subprocess.run([str(Path(sys.executable).parent / "pybabel"), "-q", "extract", "-F", "babel.cfg",
-                    "-k", "N_", "--no-location", "-o", str(out), "domain", "tocsin"],
+                    "-k", "N_", "--no-location", "-o", str(out), "domain", "tocsin", "portal"],
                    cwd=ROOT, check=True, capture_output=True)
     return {m.id for m in _catalog(out) if m.id}
 
