@@ -16,7 +16,7 @@ from jinja2.runtime import Context
 
 from domain.messages import N_
 from domain.people.identity import Role
-from domain.people.locales import DEFAULT_LOCALE
+from domain.people.locales import DEFAULT_LOCALE, LOCALE_NAMES
 from portal.language import (
     context_formats,
     context_locale,
@@ -220,6 +220,7 @@ def build_environment(globals_: dict[str, Any]) -> Environment:
     )
     # The page's words (portal.language): `_("...")`, `ngettext(...)`, `<html lang dir>`.
     environment.globals.update(_=gettext_markup, gettext=gettext_markup, ngettext=ngettext_markup,
-                               page_locale=pass_context(context_locale), page_direction=page_direction)
+                               page_locale=pass_context(context_locale), page_direction=page_direction,
+                               language_names=LOCALE_NAMES)
     environment.globals.update(globals_)
     return environment

@@ -100,11 +100,13 @@ class ClientForm:
     contact_email: str = ""
     contact_phone: str = ""
     version: str = ""
+    locale: str = ""  # "" follows the organisation's language
 
     def details(self) -> ClientDetails:
         _short(*asdict(self).values())
         return ClientDetails(self.name, valid_plan(self.plan), self.time_zone.strip() or None,
-                             valid_contacts(self.contact_name, self.contact_email, self.contact_phone))
+                             valid_contacts(self.contact_name, self.contact_email, self.contact_phone),
+                             self.locale.strip() or None)
 
 
 def _new_page(viewer: Viewer, form: ClientForm, error: str | None = None,

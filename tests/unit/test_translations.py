@@ -25,7 +25,7 @@ PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
 TEMPLATES_IN_SCOPE = [ROOT / "tocsin" / "providers" / "email_layout.html",
                       *sorted((ROOT / "portal" / "templates").glob("*.html"))]
 # Attributes a person reads (or hears, from a screen reader) like text.
-READ_ATTRIBUTES = ("placeholder", "title", "aria-label", "alt")
+READ_ATTRIBUTES = ("placeholder", "title", "aria-label", "alt", "data-label")
 
 
 def _catalog(path: Path | str) -> Catalog:
