@@ -27,8 +27,8 @@ from litestar.status_codes import (
 from litestar.types import ExceptionHandlersMap
 
 from db.platform.errors import DatabaseUnavailable, NotMigrated
-from domain.messages import N_
 from domain.errors import Busy, Conflict, Forbidden, InvalidInput, NotFound
+from domain.messages import N_
 from domain.notices.licence import RenewalRefused
 from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 

@@ -6,7 +6,7 @@ A signed-in person reads their own language (db.people.portal_look: theirs, else
 client's, else the tenant's, else English); a page for nobody yet (sign-in, an error before
 sign-in, an unsubscribe link) follows the browser's Accept-Language among the shipped ones.
 
-A translation is escaped as text, then its ``{placeholders}`` are filled with escaped values
+A translation is escaped as text (apostrophes kept), then its ``{placeholders}`` are filled with escaped values
 (a value already marked safe, such as a ``{% set %}`` block, is kept): a translator can never
 add markup, and a client's name can never inject any.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from babel import Locale, UnknownLocaleError
 from jinja2 import pass_context
 from jinja2.runtime import Context
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from domain.delivery.email_content import direction_of
 from domain.people.locales import DEFAULT_LOCALE, SHIPPED_LOCALES
@@ -103,8 +103,15 @@ def context_formats(context: Context) -> Formats:
     return formats_for(context_locale(context), request_zone(context.get("request")))
 
 
+def _escaped(text: str) -> Markup:
+    # A catalog's own words: &, <, > and " escaped (the portal quotes attributes with "), the
+    # apostrophe kept as the reader's text has it ("can't"); every value is escaped in full.
+    return Markup(text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+                  .replace('"', "&#34;"))
+
+
 def _filled(text: str, values: dict[str, Any]) -> Markup:
-    return escape(text).format(**values) if values else escape(text)
+    return _escaped(text).format(**values) if values else _escaped(text)
 
 
 @pass_context

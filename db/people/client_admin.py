@@ -23,12 +23,12 @@ from db.people.clients import (
     get_client,
 )
 from db.people.clients import client_from_row as _client
-from domain.people.locales import valid_locale
 from db.platform.tenancy import TenantTx
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.notices.licence import LICENCE, LicenceStatus
 from domain.people.contacts import Contacts
 from domain.people.identity import Plan, valid_name, valid_zone
+from domain.people.locales import valid_locale
 
 __all__ = [
     "REASON_MAX_LENGTH",

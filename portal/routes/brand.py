@@ -10,9 +10,9 @@ from litestar.params import FromPath
 from litestar.response import Response
 
 from db.people.brand import read_logo
-from domain.people.brand import portal_theme
 from db.platform.tenancy import tenant_tx
 from domain.errors import InvalidInput, NotFound
+from domain.people.brand import portal_theme
 from portal.auth import PUBLIC
 
 __all__ = ["LOGO_MAX_AGE", "ROUTES", "brand_colour", "brand_logo"]

@@ -34,6 +34,7 @@ from db.people.clients import Client, create_client, get_client, license_events
 from db.people.members import deactivate, invite_member
 from db.platform.tenancy import TenantTx, tenant_tx
 from domain.errors import Conflict, Forbidden, InvalidInput
+from domain.messages import N_
 from domain.people.contacts import valid_contacts
 from domain.people.identity import Role, parse_date, parse_whole_number, valid_plan
 from portal.auth import CurrentViewer, Viewer
@@ -63,13 +64,13 @@ __all__ = [
 
 FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright
 DONE = {
-    "created": "Client added. Its licence reminders follow the expiry date from now on.",
-    "details": "Details saved.",
-    "expiry": "Expiry date changed. Reminders still waiting for the old date were cancelled.",
-    "archived": "Client archived: it is off the list and receives no licence reminders until restored.",
-    "restored": "Client restored: its licence reminders follow its expiry date again.",
+    "created": N_("Client added. Its licence reminders follow the expiry date from now on."),
+    "details": N_("Details saved."),
+    "expiry": N_("Expiry date changed. Reminders still waiting for the old date were cancelled."),
+    "archived": N_("Client archived: it is off the list and receives no licence reminders until restored."),
+    "restored": N_("Client restored: its licence reminders follow its expiry date again."),
     "invited": f"Invitation sent. It works once, for {INVITATION_DAYS} days.",
-    "deactivated": "Account deactivated: they can no longer sign in or receive notices.",
+    "deactivated": N_("Account deactivated: they can no longer sign in or receive notices."),
 }
 
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)

@@ -24,8 +24,8 @@ from db.platform.tenancy import tenant_tx
 from domain.audit import Actor, ActorKind
 from domain.errors import InvalidInput, NotFound
 from domain.messages import N_
-from portal.language import translate, translate_plural
 from portal.auth import PUBLIC, request_address, safe_next, sign_in
+from portal.language import translate, translate_plural
 from portal.ratelimit import LoginThrottle, PasswordChecks
 from portal.sessions import end_session, session_identity, session_store, start_session
 

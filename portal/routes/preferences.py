@@ -31,7 +31,6 @@ from db.people.users import email_language, set_email_language
 from db.platform.tenancy import tenant_tx
 from domain.delivery.preferences import Frequency, Preference, valid_category, valid_frequency
 from domain.delivery.quiet_hours import (
-    WEEKDAYS,
     DeliverySchedule,
     QuietHours,
     next_digest_instant,
@@ -41,11 +40,11 @@ from domain.delivery.quiet_hours import (
     zone_names,
 )
 from domain.errors import InvalidInput, NotFound
-from domain.people.identity import WHOLE_NUMBER, Role
 from domain.messages import N_
+from domain.people.identity import WHOLE_NUMBER, Role
 from domain.people.locales import LOCALE_NAMES
-from portal.language import translate
 from portal.auth import CurrentViewer, Viewer
+from portal.language import translate
 from tocsin.core.clock import utcnow
 
 __all__ = [

@@ -19,10 +19,10 @@ from db.platform.tenancy import tenant_tx
 from domain.audit import Actor, ActorKind
 from domain.delivery.unsubscribe import UnsubscribeScope, read_unsubscribe_token
 from domain.errors import InvalidInput, NotFound
+from domain.messages import N_
 from domain.tokens import TokenExpired
 from portal.auth import PUBLIC, request_address
 from tocsin.core.clock import utcnow
-from domain.messages import N_
 from tocsin.core.keys import SigningKeys
 
 __all__ = ["EXPIRED", "INVALID", "ROUTES", "unsubscribe_link"]

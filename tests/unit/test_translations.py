@@ -19,6 +19,9 @@ from tocsin.core.i18n import catalog_path, translations
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCALE_DIR = ROOT / "tocsin" / "core" / "locale"
+# What `make translations` extracts besides gettext/ngettext/_ (N_ marks an id translated
+# later; portal.language's translate and translate_plural take the request first).
+KEYWORDS = ["-k", "N_", "-k", "translate:2", "-k", "translate_plural:2,3"]
 PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
 # The templates whose words readers see in their own language: the emails' layout and every
 # page and fragment of the portal.
@@ -36,7 +39,7 @@ def _catalog(path: Path | str) -> Catalog:
 def _extracted(tmp_path: Path) -> set[object]:
     out = tmp_path / "messages.pot"
     subprocess.run([str(Path(sys.executable).parent / "pybabel"), "-q", "extract", "-F", "babel.cfg",
-                    "-k", "N_", "-k", "translate:2", "-k", "translate_plural:2,3", "--no-location", "-o", str(out), "domain", "tocsin", "portal"],
+                    *KEYWORDS, "--no-location", "-o", str(out), "domain", "tocsin", "portal"],
                    cwd=ROOT, check=True, capture_output=True)
     return {m.id for m in _catalog(out) if m.id}
 
