@@ -6,9 +6,9 @@ A signed-in person reads their own language (db.people.portal_look: theirs, else
 client's, else the tenant's, else English); a page for nobody yet (sign-in, an error before
 sign-in, an unsubscribe link) follows the browser's Accept-Language among the shipped ones.
 
-A translation is escaped as text (apostrophes kept), then its ``{placeholders}`` are filled with escaped values
-(a value already marked safe, such as a ``{% set %}`` block, is kept): a translator can never
-add markup, and a client's name can never inject any.
+A translation is escaped as text (apostrophes kept), then its ``{placeholders}`` are filled
+with escaped values (a value already marked safe, such as a ``{% set %}`` block, is kept): a
+translator can never add markup, and a client's name can never inject any.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def local_datetime(moment: datetime, zone: str, locale: str = DEFAULT_LOCALE) ->
     """'3 Mar 2026, 09:15' in the reader's zone, in their language's form."""
     local = moment.astimezone(ZoneInfo(zone))
     where = babel_locale(locale)
-    pattern = get_datetime_format("medium", locale=where).replace("'", "")
+    pattern = str(get_datetime_format("medium", locale=where)).replace("'", "")  # "{1}, {0}"
     return pattern.format(format_time(local, "short", locale=where),
                           format_date(local.date(), "medium", locale=where))
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from domain.delivery.email_content import contrast_on_white
 from domain.errors import InvalidInput
 
-__all__ = ["AA_CONTRAST", "LOGO_TYPES", "MAX_LOGO_BYTES", "Logo", "check_colour", "check_logo", "portal_theme"]
+__all__ = ["AA_CONTRAST", "LOGO_TYPES", "MAX_LOGO_BYTES", "Logo", "check_colour", "check_logo",
+           "portal_theme"]
 
 AA_CONTRAST = 4.5  # WCAG 2 AA for normal text
 MAX_LOGO_BYTES = 200 * 1024  # bytes

@@ -154,9 +154,9 @@ def save_email_language(
         return Redirect("/preferences", status_code=HTTP_303_SEE_OTHER)
     # The page itself is now in another language: htmx reloads it (HX-Refresh).
     name = LOCALE_NAMES.get(data.locale) or translate(request, "the organisation's language")
+    message = translate(request, "Saved: your next emails are in {name}.", name=name)
     return Template(template_str="<span role=\"status\">{{ message }}</span>",
-                    context={"message": translate(request, "Saved: your next emails are in {name}.", name=name)},
-                    headers={"HX-Refresh": "true"})
+                    context={"message": message}, headers={"HX-Refresh": "true"})
 
 
 @post("/preferences/categories/{category:str}", sync_to_thread=True, status_code=HTTP_200_OK)

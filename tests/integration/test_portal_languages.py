@@ -30,20 +30,20 @@ SVG = b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><rect width=
 FRENCH_PAGES = {
     "/": ["Boîte de réception", "Avis pour"],
     "/clients": ["Licences des clients", "Nouveau client", "Importer un CSV"],
-    "/members": ["Inviter quelqu’un", "Envoyer l’invitation"],
+    "/members": ["Inviter quelqu\u2019un", "Envoyer l\u2019invitation"],
     "/preferences": ["Préférences de notification", "Heures calmes"],
     "/settings": ["Paramètres"],
     "/ledger": ["Registre des notifications"],
     "/rules": ["Règles"],
-    "/audit": ["Journal d’audit"],
+    "/audit": ["Journal d\u2019audit"],
 }
 ENGLISH_NAV = [">Inbox", ">Members<", ">Settings<", ">Preferences<", ">Sign out<", "Skip to main content"]
 
 
 def _choose_language(portal: PortalClient, locale: str) -> None:
     page = portal.get("/preferences")
-    saved = portal.post("/preferences/language", data={"locale": locale, "_csrf_token": csrf_token(page.text)},
-                        headers=HTMX)
+    saved = portal.post("/preferences/language", headers=HTMX,
+                        data={"locale": locale, "_csrf_token": csrf_token(page.text)})
     assert saved.status_code == 200
     assert saved.headers["HX-Refresh"] == "true"  # the page itself changes language
 
