@@ -16,6 +16,7 @@ import logging
 
 import dramatiq
 
+from db.delivery.chat_deliveries import sweep_chats
 from db.delivery.recovery import LeaseReport, ReconcileReport
 from db.delivery.sweep import run_sweep
 from db.delivery.webhook_deliveries import sweep_webhooks
@@ -38,9 +39,13 @@ def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
     with SWEEP_SECONDS.time():
         r = run_sweep(slug, messages_lost=messages_lost)
         hooks = sweep_webhooks(slug, everything_due=messages_lost)
+        chats = sweep_chats(slug, everything_due=messages_lost)
     if hooks.retried or hooks.failed or hooks.enqueued:
         log.info("swept webhooks tenant=%s retried=%d failed=%d enqueued=%d", slug, hooks.retried,
                  hooks.failed, hooks.enqueued)
+    if chats.retried or chats.failed or chats.enqueued:
+        log.info("swept chats tenant=%s retried=%d failed=%d enqueued=%d", slug, chats.retried,
+                 chats.failed, chats.enqueued)
     if r.leases != LeaseReport(0, 0, 0) or r.reconciled != ReconcileReport(0, 0, 0) or r.repaired \
             or r.enqueued or r.alerts_raised:
         log.info("swept tenant=%s retried=%d unknown=%d failed=%d confirmed=%d resent=%d held=%d "

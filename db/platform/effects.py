@@ -27,6 +27,7 @@ __all__ = [
     "Effect",
     "PrepareClaims",
     "PublishAlerts",
+    "SendChats",
     "SendEmails",
     "SendWebhooks",
     "WakeRelay",
@@ -103,6 +104,16 @@ class SendWebhooks(Collected):
     delivery_ids: list[int] = field(default_factory=list)
 
     def absorb(self, other: SendWebhooks) -> None:
+        self.delivery_ids.extend(other.delivery_ids)
+
+
+@dataclass
+class SendChats(Collected):
+    """Slack and Teams deliveries due now, for the chat workers (actors/chat.py)."""
+
+    delivery_ids: list[int] = field(default_factory=list)
+
+    def absorb(self, other: SendChats) -> None:
         self.delivery_ids.extend(other.delivery_ids)
 
 

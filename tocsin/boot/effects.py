@@ -5,6 +5,7 @@ migrate, a unit test) leaves the rows to the sweeper."""
 
 from __future__ import annotations
 
+from actors.chat import send_chats
 from actors.email import send_deliveries
 from actors.prepare import send_claims
 from actors.relay import wake
@@ -13,6 +14,7 @@ from db.platform.effects import (
     AnnounceInbox,
     PrepareClaims,
     PublishAlerts,
+    SendChats,
     SendEmails,
     SendWebhooks,
     WakeRelay,
@@ -31,6 +33,7 @@ def install_effects(settings: Settings) -> None:
     handle(PrepareClaims, lambda slug, effect: send_claims(slug, effect.claims))
     handle(PublishAlerts, lambda slug, effect: _discard(publish_alerts(slug)))
     handle(SendWebhooks, lambda slug, effect: send_webhooks(slug, effect.delivery_ids))
+    handle(SendChats, lambda slug, effect: send_chats(slug, effect.delivery_ids))
     if settings.events_wakeup:
         handle(WakeRelay, lambda slug, effect: wake(slug))
     else:
