@@ -103,11 +103,11 @@ docs: $(STAMP)
 LOCALES := en de fr
 LOCALE_DIR := tocsin/core/locale
 translations: $(STAMP)
-	$(BIN)/pybabel extract -F babel.cfg -k N_ --no-location --sort-output --omit-header \
-	  -o $(LOCALE_DIR)/messages.pot domain tocsin
+	$(BIN)/pybabel extract -F babel.cfg -k N_ -k translate:2 -k translate_plural:2,3 --no-location --sort-output --omit-header \
+	  -o $(LOCALE_DIR)/messages.pot domain tocsin portal
 	for l in $(LOCALES); do \
 	  if [ -f $(LOCALE_DIR)/$$l/LC_MESSAGES/messages.po ]; then \
-	    $(BIN)/pybabel update --no-fuzzy-matching --omit-header -i $(LOCALE_DIR)/messages.pot \
+	    $(BIN)/pybabel update --no-fuzzy-matching -i $(LOCALE_DIR)/messages.pot \
 	      -d $(LOCALE_DIR) -l $$l; \
 	  else $(BIN)/pybabel init -i $(LOCALE_DIR)/messages.pot -d $(LOCALE_DIR) -l $$l; fi; \
 	done

@@ -282,6 +282,9 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings,
         key = signing_keys(settings).unsubscribe.current
         token = unsubscribe_token(key, slug, claim.recipient_user_id, claim.category, utcnow())
         unsubscribe = f"{settings.portal_url}/unsubscribe/{token}"
+    # The brand's sender name and reply-to go on every email, the plain-text fallbacks too.
+    reply_to = None if context is None else context.brand.reply_to or None
+    sender_name = None if context is None else context.brand.sender_name or None
     if context is not None:
         try:
             rendered = render_email(context.facts, context.zone,
@@ -291,15 +294,17 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings,
                 _record_fallback(slug, claim.delivery_id, context, rendered.fallback)
             return OutgoingEmail(message_id, claim.recipient, rendered.subject, rendered.text, tags,
                                  unsubscribe_url=unsubscribe, html=rendered.html,
-                                 reply_to=context.brand.reply_to or None)
+                                 reply_to=reply_to, sender_name=sender_name)
         except Exception:  # a reminder is never lost to its layout: it goes as plain text
             log.exception("delivery tenant=%s id=%d could not be rendered; sent as plain text",
                           slug, claim.delivery_id)
     if claim.category is None:  # a digest: its text carries its links and the preferences link
-        return OutgoingEmail(message_id, claim.recipient, claim.title, claim.body, tags)
+        return OutgoingEmail(message_id, claim.recipient, claim.title, claim.body, tags,
+                                 reply_to=reply_to, sender_name=sender_name)
     link = f"{settings.portal_url}{claim.href}" if claim.href else None
     return OutgoingEmail(message_id, claim.recipient, claim.title,
-                         email_text(claim.body, link, unsubscribe), tags, unsubscribe_url=unsubscribe)
+                         email_text(claim.body, link, unsubscribe), tags, unsubscribe_url=unsubscribe,
+                         reply_to=reply_to, sender_name=sender_name)
 
 
 def _record_fallback(slug: str, delivery_id: int, context: EmailContext, why: str) -> None:

@@ -23,6 +23,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from db.evidence.audit import set_actor
 from db.people.clients import Client, get_client
+from db.people.portal_look import PortalLook, read_portal_look
 from db.people.users import User, authenticate, get_user, spend_a_password_check
 from db.platform.tenancy import Tenant, TenantTx, tenant_tx
 from domain.audit import Actor
@@ -76,6 +77,7 @@ class Viewer:
     tenant: Tenant
     user: User
     client: Client | None = None  # a client user's organisation, read on every request
+    look: PortalLook | None = None  # their language, zone and the tenant's brand, read with them
 
     @property
     def is_client_user(self) -> bool:
@@ -139,7 +141,7 @@ def viewer_in(tx: TenantTx, user_id: int) -> Viewer | None:
     client = None if user.client_id is None else get_client(tx, user.client_id)
     if client is not None and client.archived:
         return None
-    return Viewer(tx.tenant, user, client)
+    return Viewer(tx.tenant, user, client, read_portal_look(tx, user.id))
 
 
 def load_viewer(tenant: str, user_id: int) -> Viewer | None:

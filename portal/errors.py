@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -28,6 +28,7 @@ from litestar.types import ExceptionHandlersMap
 
 from db.platform.errors import DatabaseUnavailable, NotMigrated
 from domain.errors import Busy, Conflict, Forbidden, InvalidInput, NotFound
+from domain.messages import N_
 from domain.notices.licence import RenewalRefused
 from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
 
@@ -55,19 +56,23 @@ class ErrorPage:
     message: str
     reference: str | None = None
     retry_after: int | None = None  # seconds, sent as Retry-After
+    # The message's {placeholders}: the page translates title and message (marked N_ here)
+    # into the reader's language, then fills them. A message without values is shown as it is
+    # when the catalogs do not know it (a domain error's own words).
+    values: dict[str, str] = field(default_factory=dict)
 
 
 NOT_FOUND = ErrorPage(
-    404, "We couldn't find that page",
-    "The link may be out of date, or the page may belong to another account.",
+    404, N_("We couldn't find that page"),
+    N_("The link may be out of date, or the page may belong to another account."),
 )
 FORM_EXPIRED = ErrorPage(
-    403, "This page has expired",
-    "For your security, forms expire after a while. Reload the page and try again.",
+    403, N_("This page has expired"),
+    N_("For your security, forms expire after a while. Reload the page and try again."),
 )
 BAD_REQUEST = ErrorPage(
-    400, "We couldn't understand that request",
-    "Check the address or go back and try again.",
+    400, N_("We couldn't understand that request"),
+    N_("Check the address or go back and try again."),
 )
 
 
@@ -99,23 +104,24 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
     if isinstance(exc, NotFound):
         return NOT_FOUND
     if isinstance(exc, Forbidden):
-        return ErrorPage(403, "That page is for administrators",
+        return ErrorPage(403, N_("That page is for administrators"),
                          f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, UnknownParameter):
         return ErrorPage(
             400, BAD_REQUEST.title,
-            f"This page doesn\u2019t take the option “{exc}”. Check the address and try again.",
+            N_("This page doesn\u2019t take the option “{option}”. Check the address and try again."),
+            values={"option": str(exc)},
         )
     if isinstance(exc, InvalidInput):
-        return ErrorPage(400, "That didn't work", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+        return ErrorPage(400, N_("That didn't work"), f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, RenewalRefused):
-        return ErrorPage(403, "Renewal isn't available", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+        return ErrorPage(403, N_("Renewal isn't available"), f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, Conflict):
-        return ErrorPage(409, "That already exists", f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+        return ErrorPage(409, N_("That already exists"), f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, Busy):
         return ErrorPage(
             429 if exc.own_share else 503,
-            "Too many at once" if exc.own_share else "Tocsin is busy",
+            N_("Too many at once") if exc.own_share else N_("Tocsin is busy"),
             f"{str(exc)[:1].upper()}{str(exc)[1:]}.", retry_after=exc.retry_after,
         )
     if isinstance(exc, PermissionDeniedException):
@@ -123,17 +129,18 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
     if isinstance(exc, HTTPException) and exc.status_code == 404:
         return NOT_FOUND
     if isinstance(exc, HTTPException) and exc.status_code == 405:
-        return ErrorPage(405, "That action isn't available here", "Go back and try again.")
+        return ErrorPage(405, N_("That action isn't available here"), N_("Go back and try again."))
     if isinstance(exc, HTTPException) and exc.status_code == 413:
         return ErrorPage(
-            413, "That request is too large",
-            "What you sent is larger than any form of Tocsin takes. Go back and try again.",
+            413, N_("That request is too large"),
+            N_("What you sent is larger than any form of Tocsin takes. Go back and try again."),
         )
     if isinstance(exc, ValidationException) and _invalid_fields(request, exc):
         names = ", ".join(f"“{name}”" for name in _invalid_fields(request, exc))
         return ErrorPage(
             400, BAD_REQUEST.title,
-            f"We couldn\u2019t read {names}: check the address or the form and try again.",
+            N_("We couldn\u2019t read {names}: check the address or the form and try again."),
+            values={"names": names},
         )
     if isinstance(exc, HTTPException) and 400 <= exc.status_code < 500:
         return ErrorPage(exc.status_code, BAD_REQUEST.title, BAD_REQUEST.message)
@@ -143,14 +150,14 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
     )
     if isinstance(exc, DatabaseUnavailable | NotMigrated):
         return ErrorPage(
-            503, "Tocsin is temporarily unavailable",
-            "We can't reach our database right now. Please try again in a few minutes.",
+            503, N_("Tocsin is temporarily unavailable"),
+            N_("We can't reach our database right now. Please try again in a few minutes."),
             reference,
         )
     return ErrorPage(
-        500, "Something went wrong on our side",
-        "It's not something you did. Please try again; if it keeps happening, "
-        "tell your administrator the reference below.",
+        500, N_("Something went wrong on our side"),
+        N_("It's not something you did. Please try again; if it keeps happening, "
+           "tell your administrator the reference below."),
         reference,
     )
 

@@ -28,6 +28,7 @@ from domain.errors import Conflict, InvalidInput, NotFound
 from domain.notices.licence import LICENCE, LicenceStatus
 from domain.people.contacts import Contacts
 from domain.people.identity import Plan, valid_name, valid_zone
+from domain.people.locales import valid_locale
 
 __all__ = [
     "REASON_MAX_LENGTH",
@@ -61,6 +62,7 @@ class ClientDetails:
     plan: Plan
     time_zone: str | None
     contacts: Contacts
+    locale: str | None = None  # its users' default language (None: the tenant's)
 
 
 def _locked(tx: TenantTx, client_id: int, expected_version: int) -> Client:
@@ -86,18 +88,20 @@ def _update(tx: TenantTx, client_id: int, assignments: str, params: list[object]
 
 
 def edit_client(tx: TenantTx, client_id: int, expected_version: int, details: ClientDetails) -> Client:
-    """Name, plan, time zone and contact; unchanged values change nothing (no new version)."""
+    """Name, plan, time zone, default language and contact; unchanged values change nothing
+    (no new version)."""
     name = valid_name(details.name, "client name")
     zone = valid_zone(details.time_zone) if details.time_zone else None
+    locale = valid_locale(details.locale) if details.locale else None
     before = _locked(tx, client_id, expected_version)
     c = details.contacts
-    if (name, details.plan.value, zone, c.name, c.email, c.phone) == (
+    if (name, details.plan.value, zone, c.name, c.email, c.phone, locale) == (
             before.name, before.plan, before.time_zone, before.contact_name, before.contact_email,
-            before.contact_phone):
+            before.contact_phone, before.locale):
         return before
     after = _update(tx, client_id, "name = %s, plan = %s, time_zone = %s, contact_name = %s, "
-                    "contact_email = %s, contact_phone = %s",
-                    [name, details.plan.value, zone, c.name, c.email, c.phone])
+                    "contact_email = %s, contact_phone = %s, locale = %s",
+                    [name, details.plan.value, zone, c.name, c.email, c.phone, locale])
     record_audit(tx, "client.edit", "client", client_id, before=client_values(before),
                  after=client_values(after))
     return after

@@ -47,10 +47,11 @@ class Client:
     contact_phone: str = ""
     updated_by: str | None = None
     updated_at: datetime | None = None
+    locale: str | None = None  # the default language of its users (None: the tenant's)
 
 
 _COLUMNS = ("id, name, plan, status, access_expires_on, time_zone, version, archived_at IS NOT NULL, "
-            "contact_name, contact_email, contact_phone, updated_by, updated_at")
+            "contact_name, contact_email, contact_phone, updated_by, updated_at, locale")
 
 
 CLIENT_COLUMNS = _COLUMNS  # for the client administration's own statements
@@ -63,6 +64,7 @@ def _client(row: tuple[object, ...]) -> Client:
         int(str(row[0])), str(row[1]), str(row[2]), str(row[3]), expires,
         None if row[5] is None else str(row[5]), int(str(row[6])), bool(row[7]), str(row[8]),
         str(row[9]), str(row[10]), None if row[11] is None else str(row[11]), updated,
+        None if row[13] is None else str(row[13]),
     )
 
 
@@ -107,7 +109,8 @@ def client_values(client: Client) -> dict[str, object]:
     return {"name": client.name, "plan": client.plan, "status": client.status,
             "access_expires_on": client.access_expires_on, "time_zone": client.time_zone,
             "archived": client.archived, "contact_name": client.contact_name,
-            "contact_email": client.contact_email, "contact_phone": client.contact_phone}
+            "contact_email": client.contact_email, "contact_phone": client.contact_phone,
+            "locale": client.locale}
 
 
 def get_client(tx: TenantTx, client_id: int) -> Client:

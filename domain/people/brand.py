@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from domain.delivery.email_content import contrast_on_white
 from domain.errors import InvalidInput
 
-__all__ = ["AA_CONTRAST", "LOGO_TYPES", "MAX_LOGO_BYTES", "Logo", "check_colour", "check_logo"]
+__all__ = ["AA_CONTRAST", "LOGO_TYPES", "MAX_LOGO_BYTES", "Logo", "check_colour", "check_logo",
+           "portal_theme"]
 
 AA_CONTRAST = 4.5  # WCAG 2 AA for normal text
 MAX_LOGO_BYTES = 200 * 1024  # bytes
@@ -97,3 +98,18 @@ def _check_svg(data: bytes) -> None:
         if tag == "style" and element.text and (_URL_IN_STYLE.search(element.text)
                                                 or "@import" in element.text.lower()):
             raise InvalidInput("the SVG's styles load something from outside the file")
+
+
+def _mixed(colour: str, towards: int, share: float) -> str:
+    channels = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (towards - c) * share):02x}" for c in channels)
+
+
+def portal_theme(colour: str) -> str:
+    """The portal's stylesheet for a brand colour (checked by check_colour): the accent, a
+    darker one for hovers (more contrast still) and a pale tint behind current navigation,
+    on which the darker accent keeps AA; and a bar in the colour along the header's top."""
+    colour = check_colour(colour)
+    strong, soft = _mixed(colour, 0, 0.25), _mixed(colour, 255, 0.9)
+    return (f":root {{ --accent: {colour}; --accent-strong: {strong}; --accent-soft: {soft}; }}\n"
+            f".topbar {{ border-top: 4px solid {colour}; }}\n")

@@ -20,6 +20,7 @@ from db.delivery.inbox import unread_count
 from db.events.api_keys import ApiKey, create_api_key, list_api_keys, revoke_api_key
 from db.platform.tenancy import tenant_tx
 from domain.errors import Forbidden, InvalidInput, NotFound
+from domain.messages import N_
 from portal.auth import CurrentViewer, Viewer
 from tocsin.core.clock import utcnow
 
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 LABEL_MAX_LENGTH = 200  # characters of a key's label (valid_name refuses longer)
-DONE = {"revoked": "Key revoked: requests that present it are refused from now on."}
+DONE = {"revoked": N_("Key revoked: requests that present it are refused from now on.")}
 
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)
 

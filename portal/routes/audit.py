@@ -16,20 +16,22 @@ from db.evidence.audit import audit_csv_lines, audit_page
 from db.platform.tenancy import tenant_tx
 from domain.audit import AuditFilter
 from domain.errors import Forbidden
+from domain.messages import N_
 from domain.people.identity import parse_date
 from portal.auth import CurrentViewer, Viewer
 from portal.downloads import csv_download, download_time_limit
 
 __all__ = ["ACTIONS", "ROUTES", "AuditFilters", "audit_csv", "audit_filters", "audit_log"]
 
-# The families of actions the filter offers (a prefix matches every action of the family).
+# The families of actions the filter offers (a prefix matches every action of the family),
+# named in the catalogs' words (translated where the page shows them).
 ACTIONS = {
-    "sign_in": "Sign-in", "sign_out": "Sign-out", "member": "Members and roles",
-    "user": "Accounts created", "client": "Clients", "licence": "Licences and renewals",
-    "rule": "Rules", "settings": "Settings", "preference": "Preferences",
-    "api_key": "API keys", "events": "Events sent by API keys", "export": "Exports",
-    "delivery": "Held deliveries", "product": "Products", "hierarchy": "Hierarchy",
-    "tenant": "Organisation",
+    "sign_in": N_("Sign-in"), "sign_out": N_("Sign-out"), "member": N_("Members and roles"),
+    "user": N_("Accounts created"), "client": N_("Clients"), "licence": N_("Licences and renewals"),
+    "rule": N_("Rules"), "settings": N_("Settings"), "preference": N_("Preferences"),
+    "api_key": N_("API keys"), "events": N_("Events sent by API keys"), "export": N_("Exports"),
+    "delivery": N_("Held deliveries"), "product": N_("Products"), "hierarchy": N_("Hierarchy"),
+    "tenant": N_("Organisation"),
 }
 
 Text = Annotated[str, QueryParameter(max_length=100)]

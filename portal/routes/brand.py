@@ -11,10 +11,11 @@ from litestar.response import Response
 
 from db.people.brand import read_logo
 from db.platform.tenancy import tenant_tx
-from domain.errors import NotFound
+from domain.errors import InvalidInput, NotFound
+from domain.people.brand import portal_theme
 from portal.auth import PUBLIC
 
-__all__ = ["LOGO_MAX_AGE", "ROUTES", "brand_logo"]
+__all__ = ["LOGO_MAX_AGE", "ROUTES", "brand_colour", "brand_logo"]
 
 LOGO_MAX_AGE = 365 * 24 * 3600  # seconds: the URL changes with the logo
 
@@ -36,4 +37,21 @@ def brand_logo(slug: FromPath[str], digest: FromPath[str]) -> Response[bytes]:
     return Response(logo.data, media_type=logo.content_type, headers=headers)
 
 
-ROUTES = [brand_logo]
+# PUBLIC: the sign-in page may one day wear it too, and it says nothing about any tenant (the
+# colour is the path). The portal's header links it for a tenant whose brand has a colour of
+# its own; the content policy allows no inline style, so the colour comes as a stylesheet.
+@get("/brand/colour/{hex_colour:str}", opt={PUBLIC: True})
+async def brand_colour(hex_colour: FromPath[str]) -> Response[str]:
+    name, dot, extension = hex_colour.partition(".")
+    try:
+        if (dot, extension) != (".", "css") or len(name) != 6:
+            raise ValueError(hex_colour)
+        stylesheet = portal_theme(f"#{name.lower()}")
+    except (ValueError, InvalidInput):
+        raise NotFound("no such colour") from None
+    return Response(stylesheet, media_type="text/css",
+                    headers={"Cache-Control": f"public, max-age={LOGO_MAX_AGE}, immutable",
+                             "X-Content-Type-Options": "nosniff"})
+
+
+ROUTES = [brand_logo, brand_colour]

@@ -24,6 +24,7 @@ from db.platform.tenancy import tenant_tx
 from domain.delivery.email_content import Brand
 from domain.delivery.email_kinds import EmailFacts
 from domain.errors import InvalidInput, NotFound
+from domain.messages import N_
 from domain.people.brand import MAX_LOGO_BYTES, check_colour
 from domain.people.locales import LOCALE_NAMES, resolve_locale
 from portal.auth import CurrentViewer, Viewer
@@ -34,7 +35,7 @@ from tocsin.providers.email_compose import render_email
 __all__ = ["DONE", "ROUTES", "BrandForm", "LogoForm", "branding_page", "preview_brand", "preview_document",
            "save_brand_form", "upload_logo"]
 
-DONE = {"brand": "Saved. The next emails carry this brand.", "logo": "Logo saved."}
+DONE = {"brand": N_("Saved. The next emails carry this brand."), "logo": N_("Logo saved.")}
 
 
 @dataclass

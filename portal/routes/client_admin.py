@@ -34,6 +34,7 @@ from db.people.clients import Client, create_client, get_client, license_events
 from db.people.members import deactivate, invite_member
 from db.platform.tenancy import TenantTx, tenant_tx
 from domain.errors import Conflict, Forbidden, InvalidInput
+from domain.messages import N_
 from domain.people.contacts import valid_contacts
 from domain.people.identity import Role, parse_date, parse_whole_number, valid_plan
 from portal.auth import CurrentViewer, Viewer
@@ -63,15 +64,15 @@ __all__ = [
 
 FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright
 DONE = {
-    "created": "Client added. Its licence reminders follow the expiry date from now on.",
-    "details": "Details saved.",
-    "expiry": "Expiry date changed. Reminders still waiting for the old date were cancelled.",
-    "archived": "Client archived: it is off the list and receives no licence reminders until restored. "
-                "Its users were signed out and cannot sign in until then.",
-    "restored": "Client restored: its licence reminders follow its expiry date again, and its users "
-                "can sign in again.",
+    "created": N_("Client added. Its licence reminders follow the expiry date from now on."),
+    "details": N_("Details saved."),
+    "expiry": N_("Expiry date changed. Reminders still waiting for the old date were cancelled."),
+    "archived": N_("Client archived: it is off the list and receives no licence reminders until restored. "
+                   "Its users were signed out and cannot sign in until then."),
+    "restored": N_("Client restored: its licence reminders follow its expiry date again, and its users "
+                   "can sign in again."),
     "invited": f"Invitation sent. It works once, for {INVITATION_DAYS} days.",
-    "deactivated": "Account deactivated: they can no longer sign in or receive notices.",
+    "deactivated": N_("Account deactivated: they can no longer sign in or receive notices."),
 }
 
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)
@@ -102,11 +103,13 @@ class ClientForm:
     contact_email: str = ""
     contact_phone: str = ""
     version: str = ""
+    locale: str = ""  # "" follows the organisation's language
 
     def details(self) -> ClientDetails:
         _short(*asdict(self).values())
         return ClientDetails(self.name, valid_plan(self.plan), self.time_zone.strip() or None,
-                             valid_contacts(self.contact_name, self.contact_email, self.contact_phone))
+                             valid_contacts(self.contact_name, self.contact_email, self.contact_phone),
+                             self.locale.strip() or None)
 
 
 def _new_page(viewer: Viewer, form: ClientForm, error: str | None = None,

@@ -34,6 +34,7 @@ from db.platform.runs import last_runs
 from db.platform.tenancy import tenant_tx
 from db.rules.definitions import list_rules
 from domain.errors import Conflict, InvalidInput, NotFound
+from domain.messages import N_
 from domain.people.identity import parse_date, parse_whole_number
 from portal.auth import CurrentViewer, Viewer
 from portal.downloads import csv_download, download_time_limit
@@ -143,10 +144,10 @@ def ledger_csv(
 
 # What the attention page says after a decision on a held delivery (its ?done= value).
 DECIDED = {
-    "sent-again": "Sent again: the email goes out once more, with the same Message-ID.",
-    "marked-delivered": "Marked as delivered: nothing more is sent.",
-    "already-decided": "Someone else decided about that delivery first (or an event from the email "
-                       "provider settled it); see its status below.",
+    "sent-again": N_("Sent again: the email goes out once more, with the same Message-ID."),
+    "marked-delivered": N_("Marked as delivered: nothing more is sent."),
+    "already-decided": N_("Someone else decided about that delivery first (or an event from the email "
+                       "provider settled it); see its status below."),
 }
 
 

@@ -24,7 +24,9 @@ from db.people.users import get_user
 from db.platform.tenancy import tenant_tx
 from domain.audit import Actor, ActorKind
 from domain.errors import InvalidInput, NotFound
+from domain.messages import N_
 from portal.auth import PUBLIC, ClientArchived, request_address, safe_next, sign_in
+from portal.language import translate, translate_plural
 from portal.ratelimit import LoginThrottle, PasswordChecks
 from portal.sessions import end_session, session_identity, session_store, start_session
 
@@ -42,11 +44,11 @@ __all__ = [
 
 CSRF_COOKIE = "tocsin_csrf"  # the name portal.app gives Litestar's CSRF cookie
 
-WRONG_CREDENTIALS = (
+WRONG_CREDENTIALS = N_(
     "The email or password is wrong. Check them, and your organisation name, and try again."
 )
 # Said only to someone who typed the right password: it tells nothing to a guesser.
-CLIENT_ARCHIVED = (
+CLIENT_ARCHIVED = N_(
     "Your organisation's access to this portal has been archived, so you cannot sign in. "
     "If you think this is a mistake, ask the people who manage your account to restore it."
 )
@@ -81,10 +83,11 @@ def _login_page(
 
 @get("/login", opt={PUBLIC: True}, sync_to_thread=False)
 def login_page(
+    request: Request[Any, Any, Any],
     next_path: Annotated[str, QueryParameter(name="next")] = "/",
     signed_out: Annotated[bool, QueryParameter(name="signed_out")] = False,
 ) -> Template:
-    notice = "You have signed out." if signed_out else None
+    notice = translate(request, "You have signed out.") if signed_out else None
     return _login_page(LoginForm(next=next_path), notice=notice)
 
 
@@ -96,7 +99,8 @@ def login(
     fields = (data.organisation, data.email, data.password)
     if not all(fields) or any(len(f) > FIELD_MAX_LENGTH for f in fields):
         return _login_page(
-            data, error="Enter your organisation, email and password.", status=HTTP_400_BAD_REQUEST
+            data, error=translate(request, "Enter your organisation, email and password."),
+            status=HTTP_400_BAD_REQUEST
         )
     throttle: LoginThrottle = request.app.state.login_throttle
     checks: PasswordChecks = request.app.state.password_checks
@@ -106,11 +110,14 @@ def login(
     refusal = throttle.reserve(data.organisation, data.email, address)
     if refusal is not None:
         _refused(data, address, "too many failed attempts")
-        minutes = f"{refusal.minutes} minute{'s' if refusal.minutes != 1 else ''}"
         return _login_page(
             data, status=HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(refusal.retry_after)},
-            error=f"Too many failed sign-in attempts. For your security, signing in is paused "
-                  f"for a while: try again in {minutes}, or ask your administrator for help.",
+            error=translate_plural(
+                request, "Too many failed sign-in attempts. For your security, signing in is paused "
+                "for a while: try again in {count} minute, or ask your administrator for help.",
+                "Too many failed sign-in attempts. For your security, signing in is paused "
+                "for a while: try again in {count} minutes, or ask your administrator for help.",
+                refusal.minutes),
         )
     try:
         with checks.turn():
@@ -122,14 +129,14 @@ def login(
         record_audit_alone(refused.tenant.slug, "sign_in.refused", "user", refused.user.id,
                            actor=Actor.user(refused.user.id, refused.user.email, address),
                            after={"email": refused.user.email, "reason": "client archived"})
-        return _login_page(data, error=CLIENT_ARCHIVED, status=HTTP_403_FORBIDDEN)
+        return _login_page(data, error=translate(request, CLIENT_ARCHIVED), status=HTTP_403_FORBIDDEN)
     except Exception:
         # No verdict on the password (too busy, the database failed): not held against anyone.
         throttle.refund(data.organisation, data.email, address)
         raise
     if viewer is None:
         _refused(data, address, "wrong email or password, or account not active")
-        return _login_page(data, error=WRONG_CREDENTIALS, status=HTTP_400_BAD_REQUEST)
+        return _login_page(data, error=translate(request, WRONG_CREDENTIALS), status=HTTP_400_BAD_REQUEST)
     throttle.record_success(data.organisation, data.email, address)
     record_audit_alone(viewer.tenant.slug, "sign_in", "user", viewer.user.id,
                        actor=Actor.user(viewer.user.id, viewer.user.email, address),

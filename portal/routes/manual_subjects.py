@@ -25,14 +25,15 @@ from db.platform.tenancy import tenant_tx
 from domain.errors import Conflict, Forbidden, InvalidInput
 from domain.events.intake import InvalidEvents, Problem
 from domain.events.manual import ManualSubject
+from domain.messages import N_
 from portal.auth import CurrentViewer, Viewer
 
 __all__ = ["DONE", "FIELD_MAX_LENGTH", "ROUTES", "SubjectForm", "close", "create", "edit",
            "edit_page", "new_page", "subjects"]
 
 FIELD_MAX_LENGTH = 20_000  # characters of the longest text area (fields, one per line)
-DONE = {"created": "Subject created. Rules watching it fire as for any product's subject.",
-        "saved": "Saved.", "unchanged": "Nothing changed.", "closed": "Subject closed."}
+DONE = {"created": N_("Subject created. Rules watching it fire as for any product's subject."),
+        "saved": N_("Saved."), "unchanged": N_("Nothing changed."), "closed": N_("Subject closed.")}
 
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)
 

@@ -30,6 +30,7 @@ from db.people.members import (
 from db.platform.tenancy import tenant_tx
 from domain.audit import ANONYMOUS
 from domain.errors import InvalidInput, NotFound
+from domain.messages import N_
 from domain.people.identity import parse_whole_number, valid_role
 from domain.tokens import verify
 from portal.auth import PUBLIC, CurrentViewer, Viewer, request_address
@@ -57,9 +58,9 @@ __all__ = [
 INVITATION_DAYS = 7  # days an invitation link works
 FIELD_MAX_LENGTH = 1024  # characters; longer input is refused outright
 DONE = {
-    "invited": "Invitation sent. It works once, for {days} days.",
-    "role": "Role changed.",
-    "deactivated": "Account deactivated: they can no longer sign in or receive notices.",
+    "invited": N_("Invitation sent. It works once, for {days} days."),
+    "role": N_("Role changed."),
+    "deactivated": N_("Account deactivated: they can no longer sign in or receive notices."),
 }
 
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)
@@ -86,11 +87,11 @@ def members(
         people = list_members(tx)
         clients = list_clients(tx)
         unread = unread_count(tx, viewer.user.id)
-    notice = DONE.get(done or "", "").format(days=INVITATION_DAYS) or None
+    notice = DONE.get(done or "")  # translated by the page, {days} filled there
     return Template(
         "members.html",
         context={"viewer": viewer, "unread": unread, "members": people, "clients": clients,
-                 "notice": notice, "section": "members"},
+                 "notice": notice, "invitation_days": INVITATION_DAYS, "section": "members"},
     )
 
 

@@ -31,7 +31,6 @@ from db.people.users import email_language, set_email_language
 from db.platform.tenancy import tenant_tx
 from domain.delivery.preferences import Frequency, Preference, valid_category, valid_frequency
 from domain.delivery.quiet_hours import (
-    WEEKDAYS,
     DeliverySchedule,
     QuietHours,
     next_digest_instant,
@@ -41,9 +40,11 @@ from domain.delivery.quiet_hours import (
     zone_names,
 )
 from domain.errors import InvalidInput, NotFound
+from domain.messages import N_
 from domain.people.identity import WHOLE_NUMBER, Role
 from domain.people.locales import LOCALE_NAMES
 from portal.auth import CurrentViewer, Viewer
+from portal.language import translate
 from portal.routes.chat import defaults_page_context, preference_centre_context
 from tocsin.core.clock import utcnow
 
@@ -64,12 +65,15 @@ __all__ = [
     "tenant_defaults",
 ]
 
-FREQUENCY_LABELS = {
-    Frequency.INSTANT: "Straight away",
-    Frequency.DAILY_DIGEST: "Daily digest",
-    Frequency.WEEKLY: "Weekly digest",
-    Frequency.OFF: "Never",
+FREQUENCY_LABELS = {  # translated where they are shown
+    Frequency.INSTANT: N_("Straight away"),
+    Frequency.DAILY_DIGEST: N_("Daily digest"),
+    Frequency.WEEKLY: N_("Weekly digest"),
+    Frequency.OFF: N_("Never"),
 }
+# domain.delivery.quiet_hours.WEEKDAYS in the catalogs' words (ISO order, Monday first)
+WEEKDAY_NAMES = (N_("Monday"), N_("Tuesday"), N_("Wednesday"), N_("Thursday"), N_("Friday"),
+                 N_("Saturday"), N_("Sunday"))
 FIELD_MAX_LENGTH = 300  # characters; longer input is not a real zone, time or reason
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)
 
@@ -102,7 +106,7 @@ class DefaultForm:
 
 def _common(viewer: Viewer) -> dict[str, Any]:
     return {"viewer": viewer, "section": "preferences", "frequencies": list(Frequency),
-            "frequency_labels": FREQUENCY_LABELS, "weekdays": WEEKDAYS}
+            "frequency_labels": FREQUENCY_LABELS, "weekdays": WEEKDAY_NAMES}
 
 
 def _schedule_context(schedule: DeliverySchedule, *, values: ScheduleForm | None = None,
@@ -150,9 +154,11 @@ def save_email_language(
         set_email_language(tx, viewer.user.id, data.locale or None)
     if not request.htmx:
         return Redirect("/preferences", status_code=HTTP_303_SEE_OTHER)
-    name = LOCALE_NAMES.get(data.locale, "the organisation's language")
-    return Template(template_str="<span role=\"status\">Saved: your next emails are in {{ name }}.</span>",
-                    context={"name": name})
+    # The page itself is now in another language: htmx reloads it (HX-Refresh).
+    name = LOCALE_NAMES.get(data.locale) or translate(request, "the organisation's language")
+    message = translate(request, "Saved: your next emails are in {name}.", name=name)
+    return Template(template_str="<span role=\"status\">{{ message }}</span>",
+                    context={"message": message}, headers={"HX-Refresh": "true"})
 
 
 @post("/preferences/categories/{category:str}", sync_to_thread=True, status_code=HTTP_200_OK)

@@ -35,6 +35,7 @@ from db.rules.definitions import (
 from db.rules.stats import NEVER, rule_stats
 from domain.errors import Conflict, Forbidden, InvalidInput
 from domain.events.json_input import InvalidJson, load_json
+from domain.messages import N_
 from domain.rules.definitions import CODE, InvalidRule
 from domain.rules.diff import describe_trigger, diff_rules
 from portal.auth import CurrentViewer, Viewer
@@ -66,9 +67,9 @@ __all__ = [
 IMPORT_MAX_BYTES = 2 * 1024 * 1024  # bytes of an uploaded rules file (1,000 rules fit)
 DUPLICATE_TRIES = 20  # "Copy of X (n)" names tried before giving up
 DONE = {
-    "imported": "Import done.",
-    "enabled": "Rule enabled.",
-    "disabled": "Rule disabled.",
+    "imported": N_("Import done."),
+    "enabled": N_("Rule enabled."),
+    "disabled": N_("Rule disabled."),
 }
 
 Product_ = Annotated[str, QueryParameter(max_length=32)]

@@ -17,11 +17,12 @@ from db.delivery.inbox import unread_count
 from db.platform.tenancy import set_unknown_outcome_policy, tenant_tx
 from domain.delivery.states import UnknownPolicy
 from domain.errors import NotFound
+from domain.messages import N_
 from portal.auth import CurrentViewer, Viewer
 
 __all__ = ["DONE", "ROUTES", "PolicyForm", "change_unknown_outcome", "settings_page"]
 
-DONE = {"unknown-outcome": "Saved. It applies to every unknown outcome from now on."}
+DONE = {"unknown-outcome": N_("Saved. It applies to every unknown outcome from now on.")}
 
 
 def _admin(viewer: Viewer) -> Viewer:

@@ -19,6 +19,7 @@ from db.platform.tenancy import tenant_tx
 from domain.audit import Actor, ActorKind
 from domain.delivery.unsubscribe import UnsubscribeScope, read_unsubscribe_token
 from domain.errors import InvalidInput, NotFound
+from domain.messages import N_
 from domain.tokens import TokenExpired
 from portal.auth import PUBLIC, request_address
 from tocsin.core.clock import utcnow
@@ -26,12 +27,12 @@ from tocsin.core.keys import SigningKeys
 
 __all__ = ["EXPIRED", "INVALID", "ROUTES", "unsubscribe_link"]
 
-INVALID = ("This unsubscribe link is not valid",
-           "It may have been copied incompletely. Open the link from your most recent email, "
-           "or sign in and change your notification preferences.")
-EXPIRED = ("This unsubscribe link has expired",
-           "Links in emails work for 60 days. Open the link from a more recent email, or sign in "
-           "and change your notification preferences.")
+INVALID = (N_("This unsubscribe link is not valid"),
+           N_("It may have been copied incompletely. Open the link from your most recent email, "
+              "or sign in and change your notification preferences."))
+EXPIRED = (N_("This unsubscribe link has expired"),
+           N_("Links in emails work for 60 days. Open the link from a more recent email, or sign in "
+              "and change your notification preferences."))
 
 
 def _scope(request: Request[Any, Any, Any], token: str) -> UnsubscribeScope:

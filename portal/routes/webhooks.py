@@ -29,6 +29,7 @@ from db.delivery.webhook_endpoints import (
 from db.platform.tenancy import tenant_tx
 from domain.delivery.webhooks import EVENT_KINDS, TEST_EVENT
 from domain.errors import Forbidden, InvalidInput
+from domain.messages import N_
 from portal.auth import CurrentViewer, Viewer
 from portal.routes.chat import channels_page_context
 from portal.settings import app_settings
@@ -50,13 +51,13 @@ __all__ = [
 ]
 
 DONE = {
-    "created": "Endpoint added. Send it a test event to check that your receiver verifies the signature.",
-    "test": "Test event queued: it appears in the delivery log below within seconds.",
-    "rotated": "New secret made. The previous one keeps signing beside it for 24 hours: switch your "
-               "receiver over within that time.",
-    "disabled": "Endpoint disabled: nothing is sent to it, and what waited for it was cancelled.",
-    "enabled": "Endpoint enabled, with a clean health record.",
-    "redelivered": "Sent again, with the same webhook-id: a receiver that had it drops the repeat.",
+    "created": N_("Endpoint added. Send it a test event to check that your receiver verifies the signature."),
+    "test": N_("Test event queued: it appears in the delivery log below within seconds."),
+    "rotated": N_("New secret made. The previous one keeps signing beside it for 24 hours: switch your "
+               "receiver over within that time."),
+    "disabled": N_("Endpoint disabled: nothing is sent to it, and what waited for it was cancelled."),
+    "enabled": N_("Endpoint enabled, with a clean health record."),
+    "redelivered": N_("Sent again, with the same webhook-id: a receiver that had it drops the repeat."),
 }
 KIND_LABELS = {"notice.created": "A notice is created (one per claim)",
                TEST_EVENT: "Test events (from this page)"}

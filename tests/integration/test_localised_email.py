@@ -6,6 +6,7 @@ makes the next email French."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from email.header import decode_header, make_header
 
 from babel.dates import format_date
 
@@ -45,7 +46,8 @@ def test_a_german_clients_user_gets_a_german_reminder_and_french_after_choosing_
     with tenant_tx(slug) as tx:
         tx.conn.execute("UPDATE clients SET locale = 'de' WHERE id = %s", [people.client.id])
         tx.conn.execute("UPDATE users SET time_zone = 'Europe/Berlin' WHERE id = %s", [user.id])
-        tx.conn.execute("INSERT INTO tenant_brand (reply_to) VALUES ('help@northwind-tenant.example')")
+        tx.conn.execute("INSERT INTO tenant_brand (reply_to, sender_name) "
+                        "VALUES ('help@northwind-tenant.example', 'Northwind Conformité')")
     due = people.client.access_expires_on
 
     german = _send_pending_to(people, worker, ses, user.email)
@@ -56,6 +58,9 @@ def test_a_german_clients_user_gets_a_german_reminder_and_french_after_choosing_
     assert german.html is not None and '<html lang="de" dir="ltr">' in german.html
     assert german.headers["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     assert german.headers["Reply-To"] == "help@northwind-tenant.example"  # the brand's
+    # Its sender name, encoded as RFC 2047 words (not ASCII), on the configured address.
+    assert german.headers["From"].isascii() and "=?utf-8?" in german.headers["From"]
+    assert str(make_header(decode_header(german.headers["From"]))).startswith("Northwind Conformité <")
     # The admin has no client and no choice: the organisation's language (English).
     admin = _send_pending_to(people, worker, ses, people.admin.email)
     assert admin.subject == "Northwind Analytics: one week until access pauses"

@@ -22,6 +22,8 @@ from tocsin.providers.ses import OutgoingEmail
 
 SENDERS = ["Tocsin <notifications@tocsin.example>", "notifications@tocsin.example",
            '"Tocsin, Alerts" <alerts@tocsin.example>', "Zoë Ünïcode <zoe@tocsin.example>"]
+# A tenant's sender name as a brand may hold it: a comma, quotes, words outside ASCII, a break.
+SENDER_NAMES = ["Acme Compliance", 'Acme, "Legal" GmbH', "Société Générale Conformité", "Ünïcode\r\nBcc: x@y"]
 DATE = datetime(2027, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
 PROPERTY = settings(deadline=None, database=None, max_examples=400,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -57,6 +59,7 @@ def emails() -> st.SearchStrategy[OutgoingEmail]:
         text=BODY,
         tags=st.just({}),
         unsubscribe_url=URL,
+        sender_name=st.one_of(st.none(), st.sampled_from(SENDER_NAMES), ANY_LINE),
     )
 
 
@@ -188,6 +191,27 @@ def test_a_display_name_is_left_to_the_standard_library() -> None:
     assert not composes_directly(composer, outgoing)
     headers = dict(read_back(composer.compose(outgoing, DATE))[0])
     assert (headers["To"], headers["Subject"]) == (outgoing.to, outgoing.subject)
+
+
+@pytest.mark.parametrize("name", SENDER_NAMES)
+def test_the_tenants_sender_name_goes_on_from_with_the_senders_address_encoded_to_read_back_whole(
+    name: str,
+) -> None:
+    composer = MessageComposer(SENDERS[0])
+    outgoing = OutgoingEmail("<a@b>", "zoe@example.com", "Hi", "x", {}, sender_name=name)
+    composed = composer.compose(outgoing, DATE)
+    assert_sendable(composed)
+    message = message_from_bytes(composed, policy=email.policy.default)
+    sender = message["From"].addresses[0]
+    assert (sender.display_name, sender.addr_spec) == (" ".join(name.split()), "notifications@tocsin.example")
+    assert "Bcc" not in message
+    assert composed == composer.compose(outgoing, DATE)  # the kept line is the same line
+    assert read_back(composed) == read_back(composer.compose_by_stdlib(outgoing, DATE))
+
+
+def test_without_a_sender_name_from_is_the_configured_sender() -> None:
+    composed = MessageComposer(SENDERS[0]).compose(OutgoingEmail("<a@b>", "a@b", "Hi", "x", {}), DATE)
+    assert composed.startswith(b"From: Tocsin <notifications@tocsin.example>\n")
 
 
 @pytest.mark.parametrize("subject", ["Résumé", "Northwind: Zugang endet in 7 Tagen, bitte verlängern",

@@ -27,7 +27,7 @@ from babel.support import Translations
 from domain.people.locales import DEFAULT_LOCALE, SHIPPED_LOCALES
 from tocsin.core.clock import utcnow
 
-__all__ = ["DOMAIN", "Formats", "catalog_path", "formats_for", "translations"]
+__all__ = ["DOMAIN", "Formats", "babel_locale", "catalog_path", "formats_for", "translations"]
 
 DOMAIN = "messages"
 # English is written for the tenants Tocsin serves, mostly in Europe: "7 December 2026".
@@ -74,7 +74,7 @@ class Formats:
 
     @property
     def _babel(self) -> Locale:
-        return _babel_locale(self.locale)
+        return babel_locale(self.locale)
 
     def long_date(self, value: date, /) -> str:
         return format_date(value, format="long", locale=self._babel)
@@ -93,7 +93,8 @@ class Formats:
 
 
 @lru_cache(maxsize=16)
-def _babel_locale(locale: str) -> Locale:
+def babel_locale(locale: str) -> Locale:
+    """Babel's locale for a shipped one (English as written in Europe: "7 December 2026")."""
     return Locale.parse(_FORMAT_LOCALE.get(locale, locale))
 
 

@@ -24,8 +24,10 @@ Accepted by the direct path, each value whole (otherwise the standard library co
   the body           any text (7bit when ASCII with lines of at most 998 characters,
                      else quoted-printable UTF-8)
 and in none of them "=?", which the standard library would read as an RFC 2047 word, nor a
-header line longer than 998 characters, which it would fold. From is the sender's, the same
-for every email: the standard library writes its line once.
+header line longer than 998 characters, which it would fold. From is the sender's address,
+under the tenant's sender name when its brand names one ("Acme Compliance <alerts@…>"): the
+standard library writes each From line once (quoted, or RFC 2047 words for a name outside
+ASCII) and the composer keeps it for the next email of that name.
 
 The multipart form's boundary is derived from the Message-ID, so a resend is byte for byte the
 same message apart from its Date. "=_" cannot occur in quoted-printable or base64 text, so a
@@ -42,9 +44,9 @@ import email.policy
 import hashlib
 import re
 from datetime import datetime
-from email.headerregistry import BaseHeader, HeaderRegistry
+from email.headerregistry import Address, BaseHeader, HeaderRegistry
 from email.message import EmailMessage
-from email.utils import format_datetime
+from email.utils import format_datetime, parseaddr
 from typing import TYPE_CHECKING
 
 from tocsin.core.clock import utcnow
@@ -93,15 +95,32 @@ _ENCODED_WORD_START = "=?"
 _TEXT_PLAIN = 'Content-Type: text/plain; charset="utf-8"\n'
 _TEXT_HTML = 'Content-Type: text/html; charset="utf-8"\n'
 _ONE_CLICK = "List-Unsubscribe-Post: List-Unsubscribe=One-Click\n"
+_FROM_LINES_KEPT = 256  # sender names whose folded From line a composer keeps (one per tenant)
 
 
 class MessageComposer:
     def __init__(self, sender: str):
         self._sender = sender
-        from_line = EmailMessage(policy=HEADERS_UNFOLDED)
-        from_line["From"] = sender
-        (name, value), = from_line.raw_items()
-        self._from_line = HEADERS_UNFOLDED.fold_binary(name, value).decode("ascii")
+        self._address = parseaddr(sender)[1] or sender
+        self._from_line = _folded_from(sender)
+        self._named_from_lines: dict[str, str] = {}
+
+    def sender_for(self, name: str | None) -> str | Address:
+        """The From value: the configured sender, or its address under ``name`` (a tenant's
+        sender name; white space, line breaks included, collapsed so it cannot add a header)."""
+        name = " ".join((name or "").split())
+        return Address(display_name=name, addr_spec=self._address) if name else self._sender
+
+    def _from_line_for(self, name: str | None) -> str:
+        name = " ".join((name or "").split())
+        if not name:
+            return self._from_line
+        line = self._named_from_lines.get(name)
+        if line is None:
+            if len(self._named_from_lines) >= _FROM_LINES_KEPT:
+                self._named_from_lines.clear()
+            line = self._named_from_lines[name] = _folded_from(self.sender_for(name))
+        return line
 
     def compose(self, email: OutgoingEmail, date: datetime | None = None) -> bytes:
         """The message, dated ``date`` (now when None; an aware datetime)."""
@@ -126,7 +145,7 @@ class MessageComposer:
 
     def compose_by_stdlib(self, email: OutgoingEmail, date: datetime | None = None) -> bytes:
         message = EmailMessage(policy=HEADERS_UNFOLDED)
-        message["From"] = self._sender
+        message["From"] = self.sender_for(email.sender_name)
         message["To"] = email.to
         message["Subject"] = email.subject
         message["Date"] = date or utcnow()
@@ -150,7 +169,7 @@ class MessageComposer:
             fields.append(("Reply-To", email.reply_to, _ADDR_SPEC))
         if email.unsubscribe_url:
             fields.append(("List-Unsubscribe", f"<{email.unsubscribe_url}>", _BRACKETED_URL))
-        lines = [self._from_line]
+        lines = [self._from_line_for(email.sender_name)]
         for name, value, pattern in fields:
             if (name == "Subject" and not value.isascii() and _UNICODE_WORDS.fullmatch(value)
                     and _ENCODED_WORD_START not in value):
@@ -166,6 +185,13 @@ class MessageComposer:
         if email.unsubscribe_url:
             lines.append(_ONE_CLICK)
         return "".join(lines)
+
+
+def _folded_from(sender: str | Address) -> str:
+    from_line = EmailMessage(policy=HEADERS_UNFOLDED)
+    from_line["From"] = sender
+    (name, value), = from_line.raw_items()
+    return HEADERS_UNFOLDED.fold_binary(name, value).decode("ascii")
 
 
 def _encoded(text: str, avoid: str | None = None) -> tuple[str, bytes]:

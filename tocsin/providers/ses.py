@@ -45,6 +45,7 @@ class OutgoingEmail:
     unsubscribe_url: str | None = None  # List-Unsubscribe, with RFC 8058 one-click POST
     html: str | None = None  # with it, multipart/alternative: text/plain then text/html
     reply_to: str | None = None  # the tenant's brand's reply-to address (Reply-To)
+    sender_name: str | None = None  # the tenant's brand's sender name: From is "Name <address>"
 
 
 @dataclass(frozen=True)
