@@ -187,13 +187,6 @@ def _label(labels: Mapping[Any, str]) -> Callable[[Context, Any], str]:
     return label
 
 
-def english_words(message: str, /, **values: Any) -> str:
-    """``_()`` of the pages written for the catalogs (the email template editor), in English
-    until the catalog-backed one of the portal's localisation replaces it: the message with
-    its {names} filled in, as plain text (autoescaping escapes it, values included, once)."""
-    return message.format(**values) if values else message
-
-
 def build_environment(globals_: dict[str, Any]) -> Environment:
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES),
@@ -230,5 +223,4 @@ def build_environment(globals_: dict[str, Any]) -> Environment:
                                page_locale=pass_context(context_locale), page_direction=page_direction,
                                language_names=LOCALE_NAMES)
     environment.globals.update(globals_)
-    environment.globals.setdefault("_", english_words)
     return environment

@@ -25,18 +25,19 @@ from db.people.sms_settings import (
 from db.platform.tenancy import tenant_tx
 from domain.delivery.preferences import CATEGORIES
 from domain.errors import InvalidInput
+from domain.messages import N_
 from portal.auth import CurrentViewer, Viewer
 
 __all__ = ["DONE", "ROUTES", "PhoneForm", "TextCategoryForm", "save_text_category", "save_texts_phone",
            "stop_all_texts", "texts_page"]
 
 DONE = {
-    "phone": "Mobile number saved.",
-    "cleared": "Mobile number removed: no texts are sent to you.",
-    "on": "Texts turned on for that kind of notice.",
-    "off": "Texts turned off for that kind of notice.",
-    "stopped": "STOP saved: no text is sent to your number until you resume.",
-    "resumed": "Texts resumed for the kinds of notice you turned on.",
+    "phone": N_("Mobile number saved."),
+    "cleared": N_("Mobile number removed: no texts are sent to you."),
+    "on": N_("Texts turned on for that kind of notice."),
+    "off": N_("Texts turned off for that kind of notice."),
+    "stopped": N_("STOP saved: no text is sent to your number until you resume."),
+    "resumed": N_("Texts resumed for the kinds of notice you turned on."),
 }
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)
 
