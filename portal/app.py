@@ -53,7 +53,10 @@ from portal.routes import (
     rule_builder,
     rule_dry_run,
     rules,
+    sign_in_settings,
+    single_sign_on,
     tenant_settings,
+    two_factor,
     unsubscribe,
     webhooks,
 )
@@ -161,6 +164,7 @@ def create_app(
             *rules.ROUTES, *rule_builder.ROUTES, *rule_dry_run.ROUTES, *webhooks.ROUTES,
             *audit.ROUTES, *client_admin.ROUTES, *manual_subjects.ROUTES,
             *client_import.ROUTES, *evidence_chain.ROUTES, *brand.ROUTES, *branding.ROUTES,
+            *single_sign_on.ROUTES, *two_factor.ROUTES, *sign_in_settings.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

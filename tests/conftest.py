@@ -49,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _start_services(os.environ.get("PYTEST_XDIST_WORKER"))
     # Fixtures that import the app (and so need the settings): registered only now.
     config.pluginmanager.import_plugin("tests.integration.portal_support")
+    config.pluginmanager.import_plugin("tests.integration.sign_in_support")  # idp
 
 
 def _hands_tests_to_workers(config: pytest.Config) -> bool:
