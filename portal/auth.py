@@ -30,7 +30,13 @@ from domain.errors import InvalidInput, NotFound
 from domain.people.identity import Role
 from portal.client_address import client_address
 from portal.links import local_path
-from portal.sessions import AnyConnection, end_session, must_enrol, session_identity
+from portal.sessions import (
+    AnyConnection,
+    end_session,
+    must_enrol,
+    pending_sign_in,
+    session_identity,
+)
 
 __all__ = [
     "ANY_QUERY",
@@ -185,6 +191,10 @@ async def requires_login(connection: AnyConnection, handler: BaseRouteHandler) -
     if handler.opt.get(PUBLIC):
         return
     identity = session_identity(connection)
+    if identity is None and pending_sign_in(connection) is not None:
+        # Half signed in (the two-factor code is still to come): not signed in, but the
+        # half-done sign-in is kept for its second step.
+        raise NotAuthorizedException("sign in to continue")
     if identity is None:
         admit(connection, handler, None)
     elif must_enrol(connection) and not handler.opt.get(TWO_FACTOR_SETUP):
