@@ -22,9 +22,9 @@ from db.people.users import get_user
 from db.platform.tenancy import tenant_tx
 from domain.audit import Actor
 from domain.errors import InvalidInput, NotFound
+from domain.people.sign_in import SignInRefusal, SignInSettings
 from portal.auth import PUBLIC, request_address, safe_next, sign_in
 from portal.ratelimit import LoginThrottle, PasswordChecks
-from domain.people.sign_in import SignInRefusal, SignInSettings
 from portal.sessions import end_session, session_identity, session_store
 from portal.sign_in_flow import (
     CSRF_COOKIE,

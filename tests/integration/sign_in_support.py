@@ -25,8 +25,8 @@ def idp() -> Iterator[LocalIdentityProvider]:
     provider.close()
 
 
-def use_provider(tenant: Tenant, idp: LocalIdentityProvider, *, domains: tuple[str, ...] = ("tenant.example",),
-                 provision: bool = False) -> None:
+def use_provider(tenant: Tenant, idp: LocalIdentityProvider, *,
+                 domains: tuple[str, ...] = ("tenant.example",), provision: bool = False) -> None:
     with tenant_tx(tenant.slug) as tx:
         save_provider(tx, issuer=idp.issuer, client_id=idp.client_id, client_secret=idp.client_secret,
                       provider_name="Acme Login", allowed_domains=domains, provision_members=provision)

@@ -99,7 +99,8 @@ def test_an_email_outside_the_allowed_domains_is_refused_even_with_provisioning_
 
     _refused(portal, people, sso_sign_in(portal, people.tenant.slug), SignInRefusal.DOMAIN_NOT_ALLOWED)
     with tenant_tx(people.tenant.slug) as tx:
-        assert tx.conn.execute("SELECT 1 FROM users WHERE email = 'stranger@elsewhere.example'").fetchone() is None
+        found = tx.conn.execute("SELECT 1 FROM users WHERE email = 'stranger@elsewhere.example'")
+        assert found.fetchone() is None
 
 
 def test_a_person_without_an_account_is_refused_when_provisioning_is_off(
@@ -190,7 +191,7 @@ def test_an_admin_sets_up_the_provider_whose_secret_is_never_shown_back(
     with tenant_tx(people.tenant.slug) as tx:
         settings = sign_in_settings(tx)
     assert settings.allowed_domains == ("example.org", "tenant.example") and settings.provision_members
-    action, after = last_audit(people.tenant, "settings.single_sign_on")
+    _, after = last_audit(people.tenant, "settings.single_sign_on")
     assert after["client_secret"] == "changed" and idp.client_secret not in str(after)
     turned_off = portal.post("/settings/sign-in/password",
                              data={"_csrf_token": token, "password_enabled": "off"}, follow_redirects=False)

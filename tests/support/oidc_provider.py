@@ -99,7 +99,8 @@ class LocalIdentityProvider:
                     provider.grants[code] = _Grant(query["client_id"], query["redirect_uri"],
                                                    query["code_challenge"], query["nonce"],
                                                    provider.account)
-                back = query["redirect_uri"] + "?" + urlencode({"code": code, "state": query.get("state", "")})
+                back = query["redirect_uri"] + "?" + urlencode({"code": code,
+                                                                "state": query.get("state", "")})
                 self.send_response(302)
                 self.send_header("location", back)
                 self.send_header("content-length", "0")
