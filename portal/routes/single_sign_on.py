@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from litestar import Request, get, post
 from litestar.datastructures import Cookie
@@ -40,7 +41,8 @@ from tocsin.providers.oidc import (
     verified_identity,
 )
 
-__all__ = ["ROUTES", "STATE_COOKIE", "SsoForm", "callback_path", "sso_callback", "start_sso"]
+__all__ = ["ROUTES", "STATE_COOKIE", "SsoForm", "callback_path", "choose_sso", "sso_callback",
+           "start_sso"]
 
 STATE_COOKIE = "tocsin_sso_state"
 STATE_COOKIE_SECONDS = 600  # seconds: as long as the server-side state lives
@@ -50,8 +52,8 @@ STATE_COOKIE_SECONDS = 600  # seconds: as long as the server-side state lives
 class SsoForm:
     organisation: str = ""
     next: str = "/"
-    email: str = ""  # sent along when the password form's single sign-on button is used
-    password: str = ""
+    email: str = ""  # sent along by the password form's "Use single sign-on" button
+    password: str = ""  # likewise; never read
 
 
 def callback_path(tenant: str) -> str:
@@ -75,30 +77,39 @@ def _state_cookie(request: Request[Any, Any, Any], value: str, max_age: int) -> 
                   httponly=True, secure=secure, samesite="lax")
 
 
-@post("/login/sso", opt={PUBLIC: True}, sync_to_thread=True)
+@post("/login/sso", opt={PUBLIC: True}, sync_to_thread=False)
+def choose_sso(data: Annotated[SsoForm, Body(media_type=RequestEncodingType.URL_ENCODED)]) -> Redirect:
+    """The password form's "Use single sign-on": to the organisation's sign-in page, which
+    shows its provider's button. Never straight to the provider: the Content-Security-Policy's
+    form-action 'self' forbids a form's redirect to another origin."""
+    query = {"organisation": data.organisation.strip().lower()[:FIELD_MAX_LENGTH],
+             "next": safe_next(data.next)}
+    return Redirect("/login?" + urlencode(query), status_code=HTTP_303_SEE_OTHER)
+
+
+# PUBLIC: it only sets out to the provider; what comes back is checked by sso_callback.
+@get("/login/sso/{tenant:str}", opt={PUBLIC: True}, sync_to_thread=True)
 def start_sso(
-    request: Request[Any, Any, Any],
-    data: Annotated[SsoForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+    request: Request[Any, Any, Any], tenant: FromPath[str],
+    next_path: Annotated[str, QueryParameter(name="next", max_length=FIELD_MAX_LENGTH)] = "/",
 ) -> Template | Redirect:
-    """Off to the organisation's provider, with a fresh state, nonce and PKCE challenge."""
-    organisation = data.organisation.strip().lower()[:FIELD_MAX_LENGTH]
+    """Off to the organisation's provider, with a fresh state, nonce and PKCE challenge (a
+    link, not a form: see choose_sso)."""
+    organisation = tenant.strip().lower()[:100]
     address = request_address(request)
-    if not organisation:
-        return login_form_page(LoginForm(next=data.next), status=HTTP_400_BAD_REQUEST,
-                               error="Enter your organisation to sign in with single sign-on.")
     try:
         with tenant_tx(organisation) as tx:
             credentials = provider_credentials(tx) if tx.tenant.status == "active" else None
     except (InvalidInput, NotFound):
         credentials = None
     if credentials is None:
-        return _refused(organisation, data.email or None, address, SignInRefusal.NOT_CONFIGURED)
+        return _refused(organisation, None, address, SignInRefusal.NOT_CONFIGURED)
     try:
         meta = discover(credentials.issuer)
     except ProviderUnavailable:
         return _refused(organisation, None, address, SignInRefusal.PROVIDER_ERROR)
     with tenant_tx(organisation) as tx:
-        pending = begin_single_sign_on(tx, safe_next(data.next))
+        pending = begin_single_sign_on(tx, safe_next(next_path))
     url = authorization_url(meta, credentials.client_id, _redirect_uri(organisation),
                             state=pending.state, nonce=pending.nonce,
                             code_verifier=pending.code_verifier)
@@ -172,4 +183,4 @@ def sso_callback(
     return redirect
 
 
-ROUTES = [start_sso, sso_callback]
+ROUTES = [choose_sso, start_sso, sso_callback]

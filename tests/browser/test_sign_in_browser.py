@@ -45,7 +45,7 @@ def test_an_administrator_sets_up_two_factor_then_signs_in_with_single_sign_on_a
     page.get_by_role("button", name="Set up two-factor sign-in").click()
     secret = page.locator("#totp-secret").inner_text().strip()
     page.screenshot(path=artifacts / f"sign-in-two-factor-setup-{name}.png", full_page=True)
-    page.get_by_label("Code").fill(pyotp.TOTP(secret).now())
+    page.get_by_label("Code", exact=True).fill(pyotp.TOTP(secret).now())
     page.get_by_role("button", name="Turn two-factor sign-in on").click()
     expect(page.get_by_role("heading", name="Your recovery codes")).to_be_visible()
     recovery = page.locator("#recovery-codes code").first.inner_text()
@@ -54,11 +54,11 @@ def test_an_administrator_sets_up_two_factor_then_signs_in_with_single_sign_on_a
 
     page.goto(f"{portal_url}/login?organisation={tenant.slug}")
     page.screenshot(path=artifacts / f"sign-in-sso-button-{name}.png", full_page=True)
-    page.get_by_role("button", name="Sign in with Acme Login").click()
+    page.get_by_role("link", name="Sign in with Acme Login").click()
     expect(page.get_by_role("heading", name="Enter your code")).to_be_visible()
     page.screenshot(path=artifacts / f"sign-in-second-step-{name}.png", full_page=True)
     # A recovery code, not the app's: the code used to confirm may still be the current one.
-    page.get_by_label("Code").fill(recovery)
+    page.get_by_label("Code", exact=True).fill(recovery)
     page.get_by_role("button", name="Continue").click()
     expect(page.get_by_role("heading", name="Inbox")).to_be_visible()
     assert errors == []

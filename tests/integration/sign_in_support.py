@@ -14,7 +14,7 @@ import pytest
 
 from db.people.sign_in_settings import save_provider
 from db.platform.tenancy import Tenant, tenant_tx
-from tests.integration.portal_support import PortalClient, csrf_token
+from tests.integration.portal_support import PortalClient
 from tests.support.oidc_provider import LocalIdentityProvider
 
 
@@ -33,9 +33,11 @@ def use_provider(tenant: Tenant, idp: LocalIdentityProvider, *,
 
 
 def start_at_provider(portal: PortalClient, organisation: str) -> httpx.Response:
-    token = csrf_token(portal.get(f"/login?organisation={organisation}").text)
-    return portal.post("/login/sso", data={"organisation": organisation, "next": "/",
-                                           "_csrf_token": token}, follow_redirects=False)
+    """What the sign-in page's "Sign in with <provider>" link does."""
+    page = portal.get(f"/login?organisation={organisation}").text
+    link = re.search(r'id="sso-button"\s+href="([^"]+)"', page)
+    assert link, "the sign-in page shows no single sign-on button"
+    return portal.get(link.group(1).replace("&amp;", "&"), follow_redirects=False)
 
 
 def way_back(started: httpx.Response) -> str:

@@ -55,8 +55,8 @@ NOT_AUDITED = {
     "POST /rules/builder/refresh": "re-renders the rule builder's form; writes nothing",
     "POST /rules/preview": "renders a template preview; writes nothing",
     "POST /settings/brand/preview": "renders the branding page's email preview; writes nothing",
-    "POST /login/sso": "sets out to the single sign-on provider (keeps its state until the way "
-                       "back); the way back records the sign-in or its refusal",
+    "POST /login/sso": "only sends the browser to its organisation's sign-in page (the single "
+                       "sign-on's way back records the sign-in or its refusal)",
 }
 
 

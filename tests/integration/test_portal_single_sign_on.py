@@ -216,3 +216,17 @@ def test_a_member_cannot_open_the_sign_in_settings(portal: PortalClient, people:
     assert sign_in(portal, people.tenant.slug, people.client_user.email).status_code == 303
 
     assert portal.get("/settings/sign-in").status_code == 404
+
+
+def test_the_password_forms_single_sign_on_button_leads_to_the_organisations_provider_button(
+    portal: PortalClient, people: People, idp: LocalIdentityProvider
+) -> None:
+    use_provider(people.tenant, idp)
+    token = csrf_token(portal.get("/login").text)
+
+    answer = portal.post("/login/sso", data={"_csrf_token": token, "organisation": people.tenant.slug.upper(),
+                                             "email": "", "password": "", "next": "/clients"},
+                         follow_redirects=False)
+
+    assert answer.headers["location"] == f"/login?organisation={people.tenant.slug}&next=%2Fclients"
+    assert "Sign in with Acme Login" in portal.get(answer.headers["location"]).text
