@@ -31,6 +31,7 @@ from db.platform.errors import DatabaseUnavailable, NotMigrated
 from domain.errors import Busy, Conflict, Forbidden, InvalidInput, NotFound
 from domain.notices.licence import RenewalRefused
 from portal.auth import AccessPaused, MustEnrol, UnknownParameter, login_url, requested_path, safe_next
+from portal.sign_in_flow import TWO_FACTOR_SETUP_PATH
 
 __all__ = [
     "BAD_REQUEST",
@@ -196,9 +197,6 @@ def _signed_out(request: AnyRequest) -> Response[Any]:
 
 
 _EXPIRED_CSRF = Cookie(key="tocsin_csrf", value="", max_age=0, expires=0, httponly=True, samesite="lax")
-
-
-TWO_FACTOR_SETUP_PATH = "/account/two-factor"
 
 
 def _enrol_first(request: AnyRequest) -> Response[Any]:

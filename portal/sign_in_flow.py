@@ -29,6 +29,7 @@ from portal.sessions import start_pending_session, start_session
 __all__ = [
     "CSRF_COOKIE",
     "SECOND_STEP_PATH",
+    "TWO_FACTOR_SETUP_PATH",
     "finish_first_step",
     "record_refusal",
     "sign_in_options",

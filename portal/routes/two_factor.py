@@ -30,7 +30,15 @@ from db.platform.tenancy import tenant_tx
 from domain.audit import Actor
 from domain.errors import InvalidInput, NotFound
 from portal.auth import PUBLIC, TWO_FACTOR_SETUP, CurrentViewer, Viewer, request_address, safe_next
-from portal.sessions import MUST_ENROL, end_session, must_enrol, pending_sign_in, start_session
+from portal.routes.login import LoginForm, login_form_page
+from portal.sessions import (
+    MUST_ENROL,
+    PENDING_USER,
+    end_session,
+    must_enrol,
+    pending_sign_in,
+    start_session,
+)
 from portal.sign_in_flow import record_refusal, signed_in_redirect
 
 __all__ = ["MAX_SECOND_STEP_FAILURES", "ROUTES", "CodeForm"]
@@ -65,7 +73,7 @@ def second_step(
     pending = pending_sign_in(request)
     if pending is None:
         return Redirect("/login", status_code=HTTP_303_SEE_OTHER)
-    tenant, user_id = str(pending["tenant"]), int(pending["pending_user_id"])
+    tenant, user_id = str(pending["tenant"]), int(pending[PENDING_USER])
     address = request_address(request)
     try:
         with tenant_tx(tenant) as tx:
@@ -84,10 +92,8 @@ def second_step(
         failures = int(pending.get("failures", 0)) + 1
         if failures >= MAX_SECOND_STEP_FAILURES:
             end_session(request)
-            return Template("login.html", status_code=HTTP_400_BAD_REQUEST, context={
-                "organisation": tenant, "email": "", "next": "/", "notice": None,
-                "password_enabled": True, "sso_label": None,
-                "error": "Too many wrong codes. Sign in again from the start."})
+            return login_form_page(LoginForm(organisation=tenant), status=HTTP_400_BAD_REQUEST,
+                                   error="Too many wrong codes. Sign in again from the start.")
         request.set_session({**pending, "failures": failures})
         return _step_page(refused.reason.message, HTTP_400_BAD_REQUEST)
     start_session(request, tenant, user_id)

@@ -78,7 +78,7 @@ def _get_json(url: str) -> dict[str, Any]:
         response = httpx.get(url, timeout=TIMEOUT_SECONDS, follow_redirects=False)
         response.raise_for_status()
         document = response.json()
-    except (httpx.HTTPError, ValueError) as e:
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:  # UnicodeError is a ValueError
         raise ProviderUnavailable(f"{url} did not answer with JSON: {e}") from None
     if not isinstance(document, dict):
         raise ProviderUnavailable(f"{url} did not answer with a JSON object")
@@ -121,7 +121,7 @@ def exchange_code(meta: ProviderMetadata, client_id: str, client_secret: str, re
             headers={"accept": "application/json"},
         )
         answer = response.json()
-    except (httpx.HTTPError, ValueError) as e:
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
         raise ProviderUnavailable(f"the token endpoint did not answer: {e}") from None
     if response.status_code != 200 or not isinstance(answer, dict):
         error = answer.get("error") if isinstance(answer, dict) else None
