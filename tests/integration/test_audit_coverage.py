@@ -478,12 +478,23 @@ def _rule_file(tmp_path: Path, **changes: object) -> str:
     return str(path)
 
 
+def _password_sign_in_off(tenant: Tenant) -> list[str]:
+    """Password sign-in off behind a provider, written directly (its own audit rows would be
+    counted as the command's, by another actor)."""
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE sign_in_settings SET oidc_issuer = 'https://login.example.com', "
+                        "oidc_client_id = 'c', oidc_client_secret = 's', password_enabled = false")
+    return ["tenant", "password-sign-in", tenant.slug]
+
+
 CliExercise = Callable[[Tenant, int, Path], list[str]]
 COMMANDS: dict[str, tuple[CliExercise, str]] = {
     "tenant create": (lambda t, r, p: ["tenant", "create", "audited" + t.slug[1:9], "--name", "A",
                                        "--tz", "UTC"], "tenant.create"),
     "tenant unknown-outcome": (lambda t, r, p: ["tenant", "unknown-outcome", t.slug, "hold"],
                                "settings.unknown_outcome"),
+    "tenant password-sign-in": (lambda t, r, p: [*_password_sign_in_off(t), "on"],
+                                "settings.password_sign_in"),
     "client create": (lambda t, r, p: ["client", "create", "--tenant", t.slug, "--name", "Acme",
                                        "--expires", "2031-01-01"], "client.create"),
     "user create": (lambda t, r, p: ["user", "create", "--tenant", t.slug, "--email", "cli@t.example",
