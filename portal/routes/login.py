@@ -87,9 +87,13 @@ def login_page(
     next_path: Annotated[str, QueryParameter(name="next")] = "/",
     signed_out: Annotated[bool, QueryParameter(name="signed_out")] = False,
     organisation: Annotated[str, QueryParameter(max_length=FIELD_MAX_LENGTH)] = "",
+    sso: Annotated[bool, QueryParameter()] = False,
 ) -> Template:
     notice = "You have signed out." if signed_out else None
     options = sign_in_options(organisation) if organisation.strip() else None
+    if sso and not (options and options.oidc_configured):
+        # Asked for single sign-on ("Use single sign-on"), which this organisation has not.
+        notice = SignInRefusal.NOT_CONFIGURED.message
     return login_form_page(LoginForm(organisation=organisation, next=next_path), notice=notice,
                            options=options)
 

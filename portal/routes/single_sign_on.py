@@ -83,7 +83,7 @@ def choose_sso(data: Annotated[SsoForm, Body(media_type=RequestEncodingType.URL_
     shows its provider's button. Never straight to the provider: the Content-Security-Policy's
     form-action 'self' forbids a form's redirect to another origin."""
     query = {"organisation": data.organisation.strip().lower()[:FIELD_MAX_LENGTH],
-             "next": safe_next(data.next)}
+             "next": safe_next(data.next), "sso": "1"}
     return Redirect("/login?" + urlencode(query), status_code=HTTP_303_SEE_OTHER)
 
 

@@ -228,5 +228,16 @@ def test_the_password_forms_single_sign_on_button_leads_to_the_organisations_pro
                                              "email": "", "password": "", "next": "/clients"},
                          follow_redirects=False)
 
-    assert answer.headers["location"] == f"/login?organisation={people.tenant.slug}&next=%2Fclients"
+    assert answer.headers["location"] == f"/login?organisation={people.tenant.slug}&next=%2Fclients&sso=1"
     assert "Sign in with Acme Login" in portal.get(answer.headers["location"]).text
+
+
+def test_asking_for_single_sign_on_where_it_is_not_set_up_says_so(
+    portal: PortalClient, people: People
+) -> None:
+    token = csrf_token(portal.get("/login").text)
+
+    answer = portal.post("/login/sso", data={"_csrf_token": token, "organisation": people.tenant.slug})
+
+    assert SignInRefusal.NOT_CONFIGURED.message in answer.text
+    assert 'name="password"' in answer.text
