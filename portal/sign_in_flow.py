@@ -87,7 +87,8 @@ def finish_first_step(request: Request[Any, Any, Any], tenant: str, user: User, 
                          actor=Actor.user(user.id, user.email, address),
                          after={"method": method, **({"must_enrol": True} if must_enrol else {})})
     if has_two_factor:
-        start_pending_session(request, tenant, user.id, method=method, next=next_path, failures=0)
+        start_pending_session(request, tenant, user.id, method=method, next=next_path, failures=0,
+                              email=user.email)
         return signed_in_redirect(request, SECOND_STEP_PATH)
     start_session(request, tenant, user.id, must_enrol=must_enrol)
     return signed_in_redirect(request, TWO_FACTOR_SETUP_PATH if must_enrol else next_path)

@@ -11,7 +11,11 @@ from litestar import Request, get, post
 from litestar.enums import RequestEncodingType
 from litestar.params import Body
 from litestar.response import Redirect, Template
-from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_400_BAD_REQUEST
+from litestar.status_codes import (
+    HTTP_303_SEE_OTHER,
+    HTTP_400_BAD_REQUEST,
+    HTTP_429_TOO_MANY_REQUESTS,
+)
 
 from db.delivery.inbox import unread_count
 from db.evidence.audit import record_audit, record_audit_alone
@@ -30,6 +34,7 @@ from db.platform.tenancy import tenant_tx
 from domain.audit import Actor
 from domain.errors import InvalidInput, NotFound
 from portal.auth import PUBLIC, TWO_FACTOR_SETUP, CurrentViewer, Viewer, request_address, safe_next
+from portal.ratelimit import LoginThrottle
 from portal.routes.login import LoginForm, login_form_page
 from portal.sessions import (
     MUST_ENROL,
@@ -74,7 +79,17 @@ def second_step(
     if pending is None:
         return Redirect("/login", status_code=HTTP_303_SEE_OTHER)
     tenant, user_id = str(pending["tenant"]), int(pending[PENDING_USER])
+    email = str(pending.get("email", ""))
     address = request_address(request)
+    # Codes are counted with the account's password attempts: a correct password clears that
+    # count, so without this whoever has the password could try five codes per sign-in forever.
+    throttle: LoginThrottle = request.app.state.login_throttle
+    if throttle.reserve(tenant, email, address) is not None:
+        end_session(request)
+        record_refusal(tenant, email, address, "too many failed attempts")
+        return login_form_page(LoginForm(organisation=tenant), status=HTTP_429_TOO_MANY_REQUESTS,
+                               error="Too many failed sign-in attempts. For your security, signing in "
+                                     "is paused for a while: try again later.")
     try:
         with tenant_tx(tenant) as tx:
             user = get_user(tx, user_id)
@@ -85,6 +100,7 @@ def second_step(
             record_audit(tx, "sign_in", "user", user_id,
                          actor=Actor.user(user_id, user.email, address), after={"method": method})
     except (InvalidInput, NotFound):
+        throttle.refund(tenant, email, address)
         end_session(request)
         return Redirect("/login", status_code=HTTP_303_SEE_OTHER)
     except SecondFactorRefused as refused:
@@ -96,6 +112,7 @@ def second_step(
                                    error="Too many wrong codes. Sign in again from the start.")
         request.set_session({**pending, "failures": failures})
         return _step_page(refused.reason.message, HTTP_400_BAD_REQUEST)
+    throttle.record_success(tenant, email, address)
     start_session(request, tenant, user_id)
     return signed_in_redirect(request, safe_next(str(pending.get("next", "/"))))
 

@@ -237,3 +237,18 @@ def test_two_factor_is_turned_off_with_a_current_code(
         portal.cookies.clear()
         assert sign_in(portal, people.tenant.slug, people.admin.email).headers["location"] == "/"
     assert last_audit(people.tenant, "two_factor.disable")[0] == "two_factor.disable"
+
+
+def test_wrong_codes_count_with_the_accounts_password_attempts(
+    portal: PortalClient, people: People, step0: datetime
+) -> None:
+    secret, _ = enrol(portal, people, people.admin, step0)
+    with at(step0 + STEP):
+        sign_in(portal, people.tenant.slug, people.admin.email)
+        for _ in range(MAX_SECOND_STEP_FAILURES):
+            token = csrf_token(portal.get("/login/two-factor").text)
+            portal.post("/login/two-factor", data={"_csrf_token": token,
+                                                   "code": wrong_code(secret, step0 + STEP)})
+
+        # The right password does not start another five guesses: the account is paused.
+        assert sign_in(portal, people.tenant.slug, people.admin.email).status_code == 429
