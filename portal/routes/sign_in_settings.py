@@ -92,7 +92,8 @@ def save_provider_route(
     try:
         issuer = valid_issuer(data.issuer)
         domains = valid_domains(data.allowed_domains)
-        discover(issuer)  # a provider that does not answer discovery is never saved
+        # A provider that does not answer discovery is never saved.
+        discover(issuer, allow_private=runtime.settings().sso_allow_private)
         with tenant_tx(viewer.tenant.slug) as tx:
             save_provider(tx, issuer=issuer, client_id=data.client_id,
                           client_secret=data.client_secret, provider_name=data.provider_name,
@@ -124,7 +125,8 @@ def set_password_route(
             with tenant_tx(viewer.tenant.slug) as tx:
                 credentials = provider_credentials(tx)
             if credentials is not None:
-                discover(credentials.issuer)
+                discover(credentials.issuer,
+                         allow_private=runtime.settings().sso_allow_private)
         with tenant_tx(viewer.tenant.slug) as tx:
             set_password_sign_in(tx, enabled)
     except InvalidInput as e:

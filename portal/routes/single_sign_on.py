@@ -64,6 +64,10 @@ def _redirect_uri(tenant: str) -> str:
     return runtime.settings().portal_url + callback_path(tenant)
 
 
+def _allow_private() -> bool:
+    return runtime.settings().sso_allow_private
+
+
 def _refused(organisation: str, email: str | None, address: str, reason: SignInRefusal,
              status: int = HTTP_400_BAD_REQUEST) -> Template:
     record_refusal(organisation, email, address, reason.value)
@@ -105,7 +109,7 @@ def start_sso(
     if credentials is None:
         return _refused(organisation, None, address, SignInRefusal.NOT_CONFIGURED)
     try:
-        meta = discover(credentials.issuer)
+        meta = discover(credentials.issuer, allow_private=_allow_private())
     except ProviderUnavailable:
         return _refused(organisation, None, address, SignInRefusal.PROVIDER_ERROR)
     with tenant_tx(organisation) as tx:
@@ -126,12 +130,13 @@ def _identify(tenant: str, state: str, code: str) -> tuple[User, str]:
     if credentials is None:
         raise SingleSignOnRefused(SignInRefusal.NOT_CONFIGURED)
     try:
-        meta = discover(credentials.issuer)
+        allow_private = _allow_private()
+        meta = discover(credentials.issuer, allow_private=allow_private)
         id_token = exchange_code(meta, credentials.client_id, credentials.client_secret,
                                  _redirect_uri(tenant), code=code,
-                                 code_verifier=pending.code_verifier)
+                                 code_verifier=pending.code_verifier, allow_private=allow_private)
         identity = verified_identity(meta, id_token, client_id=credentials.client_id,
-                                     nonce=pending.nonce)
+                                     nonce=pending.nonce, allow_private=allow_private)
     except ProviderUnavailable:
         raise SingleSignOnRefused(SignInRefusal.PROVIDER_ERROR) from None
     except IdTokenRefused as e:

@@ -12,6 +12,7 @@ from db.people.sign_in_settings import set_password_sign_in, sign_in_settings
 from db.platform.tenancy import tenant_tx
 from domain.people.sign_in import SignInRefusal
 from portal.routes.single_sign_on import STATE_COOKIE
+from tests.integration.conftest import use_settings
 from tests.integration.portal_support import People, PortalClient, csrf_token, sign_in
 from tests.integration.sign_in_support import (
     last_audit,
@@ -241,3 +242,18 @@ def test_asking_for_single_sign_on_where_it_is_not_set_up_says_so(
 
     assert SignInRefusal.NOT_CONFIGURED.message in answer.text
     assert 'name="password"' in answer.text
+
+
+def test_a_provider_on_a_private_address_is_refused_unless_allowed(
+    portal: PortalClient, people: People, idp: LocalIdentityProvider
+) -> None:
+    use_settings(sso_allow_private=False)
+    token = _as_admin(portal, people)
+    form = {"_csrf_token": token, "issuer": idp.issuer, "client_id": idp.client_id,
+            "client_secret": idp.client_secret, "allowed_domains": "tenant.example"}
+
+    answer = portal.post("/settings/sign-in/provider", data=form)
+
+    assert answer.status_code == 400 and "loopback" in answer.text
+    with tenant_tx(people.tenant.slug) as tx:
+        assert not sign_in_settings(tx).oidc_configured

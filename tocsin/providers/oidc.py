@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from authlib.common.urls import add_params_to_uri
@@ -27,7 +27,9 @@ from joserfc.errors import (
 )
 from joserfc.jwk import KeySet
 
+from domain.delivery.webhooks import DestinationRefused, check_destination
 from domain.people.sign_in import SignInRefusal
+from tocsin.providers.webhook_http import resolve
 
 __all__ = [
     "TIMEOUT_SECONDS",
@@ -73,7 +75,23 @@ class VerifiedIdentity:
     email_verified: bool
 
 
-def _get_json(url: str) -> dict[str, Any]:
+def _guard(url: str, allow_private: bool) -> None:
+    """The webhooks' SSRF guard on every address the provider's host resolves to: a tenant's
+    administrator types the issuer, and must not make the portal call its own network or a
+    cloud metadata address. (A check before the call, not a pinned connection as webhooks
+    have: a name that resolves otherwise a moment later is not caught.)"""
+    if allow_private:
+        return
+    parts = urlsplit(url)
+    try:
+        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+        check_destination(host, resolve(host, port), allow_private=False)
+    except (DestinationRefused, ValueError) as e:
+        raise ProviderUnavailable(f"{url} is refused: {e}") from None
+
+
+def _get_json(url: str, allow_private: bool) -> dict[str, Any]:
+    _guard(url, allow_private)
     try:
         response = httpx.get(url, timeout=TIMEOUT_SECONDS, follow_redirects=False)
         response.raise_for_status()
@@ -85,10 +103,10 @@ def _get_json(url: str) -> dict[str, Any]:
     return document
 
 
-def discover(issuer: str) -> ProviderMetadata:
+def discover(issuer: str, *, allow_private: bool) -> ProviderMetadata:
     """The provider's endpoints from {issuer}/.well-known/openid-configuration, whose own
     issuer must be the one configured (OpenID Connect Discovery, section 4.3)."""
-    document = _get_json(issuer.rstrip("/") + "/.well-known/openid-configuration")
+    document = _get_json(issuer.rstrip("/") + "/.well-known/openid-configuration", allow_private)
     if str(document.get("issuer", "")).rstrip("/") != issuer.rstrip("/"):
         raise ProviderUnavailable(f"the discovery document names another issuer: "
                                   f"{str(document.get('issuer'))[:200]!r}")
@@ -110,8 +128,9 @@ def authorization_url(meta: ProviderMetadata, client_id: str, redirect_uri: str,
 
 
 def exchange_code(meta: ProviderMetadata, client_id: str, client_secret: str, redirect_uri: str,
-                  *, code: str, code_verifier: str) -> str:
+                  *, code: str, code_verifier: str, allow_private: bool) -> str:
     """The ID token the token endpoint gives for this code (client_secret_basic)."""
+    _guard(meta.token_endpoint, allow_private)
     try:
         response = httpx.post(
             meta.token_endpoint, timeout=TIMEOUT_SECONDS, follow_redirects=False,
@@ -139,11 +158,11 @@ _CLAIM_REASONS = {"iss": SignInRefusal.WRONG_ISSUER, "aud": SignInRefusal.WRONG_
 
 
 def verified_identity(meta: ProviderMetadata, id_token: str, *, client_id: str,
-                      nonce: str) -> VerifiedIdentity:
+                      nonce: str, allow_private: bool) -> VerifiedIdentity:
     """The ID token's identity once its signature (the provider's JWKS), issuer, audience,
     expiry and nonce all hold; IdTokenRefused naming the first that does not."""
     try:
-        keys = KeySet.import_key_set(_get_json(meta.jwks_uri))  # type: ignore[arg-type]
+        keys = KeySet.import_key_set(_get_json(meta.jwks_uri, allow_private))  # type: ignore[arg-type]
     except (JoseError, ValueError, TypeError):
         raise ProviderUnavailable("the provider's JWKS holds no usable key") from None
     registry = jwt.JWTClaimsRegistry(
