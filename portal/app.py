@@ -56,9 +56,12 @@ from portal.routes import (
     rule_builder,
     rule_dry_run,
     rules,
+    sign_in_settings,
+    single_sign_on,
     subject_import,
     tenant_settings,
     texts,
+    two_factor,
     unsubscribe,
     webhooks,
 )
@@ -169,6 +172,7 @@ def create_app(
             *branding.ROUTES, *email_templates.ROUTES,
             *texts.ROUTES,
             *email_failover.ROUTES,
+            *single_sign_on.ROUTES, *two_factor.ROUTES, *sign_in_settings.ROUTES,
             create_static_files_router(
                 path="/static", directories=[STATIC], opt={PUBLIC: True, ANY_QUERY: True},
                 cache_control=CacheControlHeader(max_age=STATIC_MAX_AGE),

@@ -31,17 +31,25 @@ from domain.errors import InvalidInput, NotFound
 from domain.people.identity import Role
 from portal.client_address import client_address
 from portal.links import local_path
-from portal.sessions import AnyConnection, end_session, session_identity
+from portal.sessions import (
+    AnyConnection,
+    end_session,
+    must_enrol,
+    pending_sign_in,
+    session_identity,
+)
 
 __all__ = [
     "ANY_QUERY",
     "BEYOND_THE_WALL",
     "PUBLIC",
+    "TWO_FACTOR_SETUP",
     "VIEWER",
     "VIEWER_IN_HANDLER",
     "AccessPaused",
     "ClientArchived",
     "CurrentViewer",
+    "MustEnrol",
     "UnknownParameter",
     "Viewer",
     "admit",
@@ -68,6 +76,9 @@ ANY_QUERY = "any_query"  # route opt: query parameters are not checked (static f
 # repeats (the badge), where that hand-off and transaction were half the work.
 VIEWER_IN_HANDLER = "viewer_in_handler"
 VIEWER = "tocsin.viewer"  # connection-state key of the signed-in Viewer
+# Route opt: reachable by an admin who must set up two-factor before anything else (the
+# set-up pages themselves, sign-out).
+TWO_FACTOR_SETUP = "two_factor_setup"
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,11 @@ class AccessPaused(Exception):
         self.viewer = viewer
 
 
+class MustEnrol(Exception):
+    """An admin of an organisation that requires two-factor, who has none yet, asked for
+    anything but setting it up."""
+
+
 class UnknownParameter(Exception):
     """A query parameter the route does not take: a clear 400 instead of being ignored."""
 
@@ -196,8 +212,14 @@ async def requires_login(connection: AnyConnection, handler: BaseRouteHandler) -
     if handler.opt.get(PUBLIC):
         return
     identity = session_identity(connection)
+    if identity is None and pending_sign_in(connection) is not None:
+        # Half signed in (the two-factor code is still to come): not signed in, but the
+        # half-done sign-in is kept for its second step.
+        raise NotAuthorizedException("sign in to continue")
     if identity is None:
         admit(connection, handler, None)
+    elif must_enrol(connection) and not handler.opt.get(TWO_FACTOR_SETUP):
+        raise MustEnrol()
     elif not handler.opt.get(VIEWER_IN_HANDLER):
         admit(connection, handler,
               await anyio.to_thread.run_sync(load_viewer, identity.tenant, identity.user_id))

@@ -23,6 +23,7 @@ from litestar.status_codes import (
     HTTP_303_SEE_OTHER,
     HTTP_401_UNAUTHORIZED,
     HTTP_402_PAYMENT_REQUIRED,
+    HTTP_403_FORBIDDEN,
 )
 from litestar.types import ExceptionHandlersMap
 
@@ -30,7 +31,8 @@ from db.platform.errors import DatabaseUnavailable, NotMigrated
 from domain.errors import Busy, Conflict, Forbidden, InvalidInput, NotFound
 from domain.messages import N_
 from domain.notices.licence import RenewalRefused
-from portal.auth import AccessPaused, UnknownParameter, login_url, requested_path, safe_next
+from portal.auth import AccessPaused, MustEnrol, UnknownParameter, login_url, requested_path, safe_next
+from portal.sign_in_flow import TWO_FACTOR_SETUP_PATH
 
 __all__ = [
     "BAD_REQUEST",
@@ -204,9 +206,19 @@ def _signed_out(request: AnyRequest) -> Response[Any]:
 _EXPIRED_CSRF = Cookie(key="tocsin_csrf", value="", max_age=0, expires=0, httponly=True, samesite="lax")
 
 
+def _enrol_first(request: AnyRequest) -> Response[Any]:
+    """Two-factor is required of this admin and not set up yet: to its set-up page."""
+    if _is_htmx(request):
+        return Response(content="", status_code=HTTP_403_FORBIDDEN,
+                        headers={"HX-Redirect": TWO_FACTOR_SETUP_PATH})
+    return Redirect(TWO_FACTOR_SETUP_PATH, status_code=HTTP_303_SEE_OTHER)
+
+
 def handle_exception(request: AnyRequest, exc: Exception) -> Response[Any]:
     if isinstance(exc, NotAuthorizedException):
         return _signed_out(request)
+    if isinstance(exc, MustEnrol):
+        return _enrol_first(request)
     if isinstance(exc, AccessPaused):
         return _wall(request, exc)
     page = error_page_for(request, exc)

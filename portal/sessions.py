@@ -42,6 +42,8 @@ from tocsin.core.keys import KeyRing, Purpose
 
 __all__ = [
     "MAX_REFRESH_STEP_SECONDS",
+    "MUST_ENROL",
+    "PENDING_USER",
     "SESSION_COOKIE",
     "SESSION_ID_BYTES",
     "STORE",
@@ -52,9 +54,12 @@ __all__ = [
     "SignedSessionBackend",
     "SignedSessionConfig",
     "end_session",
+    "must_enrol",
+    "pending_sign_in",
     "session_config",
     "session_identity",
     "session_store",
+    "start_pending_session",
     "start_session",
 ]
 
@@ -68,6 +73,8 @@ MAX_REFRESH_STEP_SECONDS = 60  # seconds; an idle session may end this much earl
 # while it ran.
 _READS = frozenset({"GET", "HEAD"})
 STORE = "session_store"  # app-state key of the SessionStore
+PENDING_USER = "pending_user_id"  # session key: a sign-in waiting for its two-factor code
+MUST_ENROL = "must_enrol"  # session key: signed in, but may only set up two-factor
 
 AnyConnection = ASGIConnection[Any, Any, Any, Any]
 
@@ -151,7 +158,10 @@ class SessionStore:
         session_id = secrets.token_hex(SESSION_ID_BYTES)
         data = {**data, "started": int(timestamp())}
         ttl = min(self.idle_seconds, self.absolute_seconds)
-        index = self._index(str(data["tenant"]), int(data["user_id"]))
+        # A sign-in waiting for its second step is indexed under its user too: signing out
+        # everywhere, or deactivation, ends it with the others.
+        user_id = data.get("user_id", data.get(PENDING_USER))
+        index = self._index(str(data["tenant"]), int(str(user_id)))
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self._key(session_id), json.dumps(data), ex=ttl)
             pipe.sadd(index, session_id)
@@ -203,10 +213,33 @@ def session_store(connection: AnyConnection) -> SessionStore:
     return store
 
 
-def start_session(connection: AnyConnection, tenant: str, user_id: int) -> None:
-    """Sign in: the session holds the tenant and the user, under a freshly minted id."""
-    connection.set_session({"tenant": tenant, "user_id": user_id})
+def start_session(connection: AnyConnection, tenant: str, user_id: int, *,
+                  must_enrol: bool = False) -> None:
+    """Sign in: the session holds the tenant and the user, under a freshly minted id;
+    ``must_enrol``: an admin whose organisation requires two-factor, who has none yet, may
+    only set it up (portal.auth.requires_login)."""
+    data: dict[str, Any] = {"tenant": tenant, "user_id": user_id}
+    if must_enrol:
+        data[MUST_ENROL] = True
+    connection.set_session(data)
     connection.state[_ROTATE] = True
+
+
+def start_pending_session(connection: AnyConnection, tenant: str, user_id: int,
+                          **details: str | int) -> None:
+    """The first step of a sign-in passed, the second (a two-factor code) is still to come:
+    the session names the user under another key, so nothing reads it as signed in."""
+    connection.set_session({"tenant": tenant, PENDING_USER: user_id, **details})
+    connection.state[_ROTATE] = True
+
+
+def pending_sign_in(connection: AnyConnection) -> dict[str, Any] | None:
+    """The session of a sign-in waiting for its second step, or None."""
+    session = connection.scope.get("session")
+    if (not isinstance(session, dict) or not isinstance(session.get("tenant"), str)
+            or not isinstance(session.get(PENDING_USER), int)):
+        return None
+    return session
 
 
 def end_session(connection: AnyConnection) -> None:
@@ -223,6 +256,11 @@ def session_identity(connection: AnyConnection) -> SessionIdentity | None:
     if not isinstance(tenant, str) or not isinstance(user_id, int):
         return None
     return SessionIdentity(tenant, user_id)
+
+
+def must_enrol(connection: AnyConnection) -> bool:
+    session = connection.scope.get("session")
+    return isinstance(session, dict) and session.get(MUST_ENROL) is True
 
 
 class SignedSessionBackend(ServerSideSessionBackend):

@@ -49,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _start_services(os.environ.get("PYTEST_XDIST_WORKER"))
     # Fixtures that import the app (and so need the settings): registered only now.
     config.pluginmanager.import_plugin("tests.integration.portal_support")
+    config.pluginmanager.import_plugin("tests.integration.sign_in_support")  # idp
 
 
 def _hands_tests_to_workers(config: pytest.Config) -> bool:
@@ -144,6 +145,8 @@ def _start_services(worker: str | None) -> None:
     os.environ.setdefault("PASSWORD_HASH_COST", "low")
     # Webhook receivers in tests listen on 127.0.0.1, which the SSRF guard refuses without it.
     os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE", "1")
+    # So does the single sign-on provider tests start (tests/support/oidc_provider.py).
+    os.environ.setdefault("SSO_ALLOW_PRIVATE", "1")
     os.environ.setdefault("MAIL_FROM", "Tocsin Tests <notifications@tocsin.example>")
     # Tests that are about the send rate set their own limiter; the rest should not wait.
     os.environ.setdefault("SES_MAX_SEND_RATE", "1000")

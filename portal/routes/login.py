@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio.to_thread
 from litestar import Request, get, post
-from litestar.datastructures import Cookie
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, QueryParameter
 from litestar.response import Redirect, Template
@@ -22,13 +20,21 @@ from litestar.status_codes import (
 from db.evidence.audit import record_audit, record_audit_alone
 from db.people.users import get_user
 from db.platform.tenancy import tenant_tx
-from domain.audit import Actor, ActorKind
+from domain.audit import Actor
 from domain.errors import InvalidInput, NotFound
 from domain.messages import N_
+from domain.people.sign_in import SignInRefusal, SignInSettings
 from portal.auth import PUBLIC, ClientArchived, request_address, safe_next, sign_in
 from portal.language import translate, translate_plural
 from portal.ratelimit import LoginThrottle, PasswordChecks
-from portal.sessions import end_session, session_identity, session_store, start_session
+from portal.sessions import end_session, session_identity, session_store
+from portal.sign_in_flow import (
+    CSRF_COOKIE,
+    finish_first_step,
+    record_refusal,
+    sign_in_options,
+    signed_in_redirect,
+)
 
 __all__ = [
     "CLIENT_ARCHIVED",
@@ -37,12 +43,11 @@ __all__ = [
     "WRONG_CREDENTIALS",
     "LoginForm",
     "login",
+    "login_form_page",
     "login_page",
     "logout",
     "signed_in_redirect",
 ]
-
-CSRF_COOKIE = "tocsin_csrf"  # the name portal.app gives Litestar's CSRF cookie
 
 WRONG_CREDENTIALS = N_(
     "The email or password is wrong. Check them, and your organisation name, and try again."
@@ -63,10 +68,12 @@ class LoginForm:
     next: str = "/"
 
 
-def _login_page(
+def login_form_page(
     form: LoginForm, *, error: str | None = None, notice: str | None = None, status: int = 200,
-    headers: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None, options: SignInSettings | None = None,
 ) -> Template:
+    """The sign-in page; with the organisation's options known, its single sign-on button
+    ("Sign in with <provider>"), and no password fields when password sign-in is off."""
     return Template(
         "login.html",
         context={
@@ -75,20 +82,29 @@ def _login_page(
             "next": safe_next(form.next),
             "error": error,
             "notice": notice,
+            "sso_label": options.provider_label if options and options.oidc_configured else None,
+            "password_enabled": options is None or options.password_enabled,
         },
         status_code=status,
         headers=headers,
     )
 
 
-@get("/login", opt={PUBLIC: True}, sync_to_thread=False)
+@get("/login", opt={PUBLIC: True}, sync_to_thread=True)
 def login_page(
     request: Request[Any, Any, Any],
     next_path: Annotated[str, QueryParameter(name="next")] = "/",
     signed_out: Annotated[bool, QueryParameter(name="signed_out")] = False,
+    organisation: Annotated[str, QueryParameter(max_length=FIELD_MAX_LENGTH)] = "",
+    sso: Annotated[bool, QueryParameter()] = False,
 ) -> Template:
     notice = translate(request, "You have signed out.") if signed_out else None
-    return _login_page(LoginForm(next=next_path), notice=notice)
+    options = sign_in_options(organisation) if organisation.strip() else None
+    if sso and not (options and options.oidc_configured):
+        # Asked for single sign-on ("Use single sign-on"), which this organisation has not.
+        notice = translate(request, SignInRefusal.NOT_CONFIGURED.message)
+    return login_form_page(LoginForm(organisation=organisation, next=next_path), notice=notice,
+                           options=options)
 
 
 @post("/login", opt={PUBLIC: True}, sync_to_thread=True)
@@ -97,20 +113,28 @@ def login(
     data: Annotated[LoginForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
 ) -> Template | Redirect:
     fields = (data.organisation, data.email, data.password)
-    if not all(fields) or any(len(f) > FIELD_MAX_LENGTH for f in fields):
-        return _login_page(
+    if any(len(f) > FIELD_MAX_LENGTH for f in fields):
+        return login_form_page(data, error=translate(request, "Enter your organisation, email and password."),
+                               status=HTTP_400_BAD_REQUEST)
+    options = sign_in_options(data.organisation) if data.organisation else None
+    address = request_address(request)
+    if options is not None and not options.password_enabled:
+        record_refusal(data.organisation, data.email, address, SignInRefusal.PASSWORD_OFF.value)
+        return login_form_page(data, error=translate(request, SignInRefusal.PASSWORD_OFF.message),
+                               options=options, status=HTTP_403_FORBIDDEN)
+    if not all(fields):
+        return login_form_page(
             data, error=translate(request, "Enter your organisation, email and password."),
             status=HTTP_400_BAD_REQUEST
         )
     throttle: LoginThrottle = request.app.state.login_throttle
     checks: PasswordChecks = request.app.state.password_checks
-    address = request_address(request)
     # Counted before any password work, in one step with the check: concurrent guesses
     # cannot all slip under the limit together.
     refusal = throttle.reserve(data.organisation, data.email, address)
     if refusal is not None:
-        _refused(data, address, "too many failed attempts")
-        return _login_page(
+        record_refusal(data.organisation, data.email, address, "too many failed attempts")
+        return login_form_page(
             data, status=HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(refusal.retry_after)},
             error=translate_plural(
                 request, "Too many failed sign-in attempts. For your security, signing in is paused "
@@ -129,31 +153,20 @@ def login(
         record_audit_alone(refused.tenant.slug, "sign_in.refused", "user", refused.user.id,
                            actor=Actor.user(refused.user.id, refused.user.email, address),
                            after={"email": refused.user.email, "reason": "client archived"})
-        return _login_page(data, error=translate(request, CLIENT_ARCHIVED), status=HTTP_403_FORBIDDEN)
+        return login_form_page(data, error=translate(request, CLIENT_ARCHIVED), status=HTTP_403_FORBIDDEN,
+                               options=options)
     except Exception:
         # No verdict on the password (too busy, the database failed): not held against anyone.
         throttle.refund(data.organisation, data.email, address)
         raise
     if viewer is None:
-        _refused(data, address, "wrong email or password, or account not active")
-        return _login_page(data, error=translate(request, WRONG_CREDENTIALS), status=HTTP_400_BAD_REQUEST)
+        record_refusal(data.organisation, data.email, address,
+                       "wrong email or password, or account not active")
+        return login_form_page(data, error=translate(request, WRONG_CREDENTIALS), status=HTTP_400_BAD_REQUEST,
+                               options=options)
     throttle.record_success(data.organisation, data.email, address)
-    record_audit_alone(viewer.tenant.slug, "sign_in", "user", viewer.user.id,
-                       actor=Actor.user(viewer.user.id, viewer.user.email, address),
-                       after={"method": "password"})
-    start_session(request, viewer.tenant.slug, viewer.user.id)
-    return signed_in_redirect(request, safe_next(data.next))
-
-
-def _refused(data: LoginForm, address: str, reason: str) -> None:
-    """A refused sign-in, in the audit log of the organisation typed (when it exists: an
-    unknown organisation has no log to write to)."""
-    with contextlib.suppress(InvalidInput, NotFound):
-        record_audit_alone(
-            data.organisation.strip().lower(), "sign_in.refused", "user", None,
-            actor=Actor(ActorKind.ANONYMOUS, data.email.strip()[:320], None, address),
-            after={"email": data.email.strip()[:320], "reason": reason},
-        )
+    return finish_first_step(request, viewer.tenant.slug, viewer.user, "password",
+                             safe_next(data.next))
 
 
 def _record_sign_out(tenant: str, user_id: int, address: str) -> None:
@@ -165,15 +178,6 @@ def _record_sign_out(tenant: str, user_id: int, address: str) -> None:
                              actor=Actor.user(user_id, user.email, address))
     except (InvalidInput, NotFound):  # the organisation is gone: nothing to record in
         pass
-
-
-def signed_in_redirect(request: Request[Any, Any, Any], path: str) -> Redirect:
-    """After a sign-in: the CSRF cookie is dropped, so the next page mints a fresh token (a
-    token planted or read before sign-in is worth nothing after it)."""
-    secure = bool(request.app.state.portal_settings.secure_cookies)
-    return Redirect(path, status_code=HTTP_303_SEE_OTHER,
-                    cookies=[Cookie(key=CSRF_COOKIE, value="", max_age=0, expires=0, httponly=True,
-                                    secure=secure, samesite="lax")])
 
 
 @post("/logout", opt={PUBLIC: True})

@@ -10,9 +10,10 @@ import argparse
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyotp
 import pytest
 from litestar import Litestar
 
@@ -20,6 +21,7 @@ from db.delivery.recovery import HELD_REASON
 from db.delivery.webhook_deliveries import queue_test_event
 from db.delivery.webhook_endpoints import create_endpoint, disable_endpoint, enable_endpoint
 from db.events.api_keys import create_api_key
+from db.people.two_factor import confirm_enrolment, start_enrolment
 from db.people.users import create_user
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.delivery.unsubscribe import unsubscribe_token
@@ -30,9 +32,12 @@ from tests.integration.conftest import remove_tenant
 from tests.integration.intake_support import case_event, fraud_desk
 from tests.integration.portal_support import PASSWORD, People, PortalClient, csrf_token, sign_in
 from tests.integration.rule_builders import rule_json
+from tests.integration.sign_in_support import use_provider
 from tests.integration.test_cli import run
 from tests.integration.test_portal_rules import builder_form, post_form
+from tests.support.oidc_provider import LocalIdentityProvider
 from tocsin.boot.web import build_app
+from tocsin.core.clock import pinned
 from tocsin.core.keys import signing_keys
 from tocsin.core.settings import load_settings
 from tocsin.shell.cli import build_parser
@@ -53,6 +58,8 @@ NOT_AUDITED = {
     "POST /settings/email-templates/{kind:str}/{locale:str}/preview":
         "renders the template editor's preview; keeps the editing admin's own draft for the "
         "preview frames, which nobody else ever receives",
+    "POST /login/sso": "only sends the browser to its organisation's sign-in page (the single "
+                       "sign-on's way back records the sign-in or its refusal)",
 }
 
 
@@ -219,6 +226,62 @@ def _restore_template(w: World) -> int:
     assert w.post(TEMPLATE, token, **TEMPLATE_FORM) == 303
     assert w.post(TEMPLATE, token, **{**TEMPLATE_FORM, "subject": "Renew"}) == 303
     return w.post(f"{TEMPLATE}/versions/1/restore", token)
+def _with_provider(w: World, change: Callable[[LocalIdentityProvider, str], int]) -> int:
+    provider = LocalIdentityProvider()
+    try:
+        return change(provider, w.as_admin())
+    finally:
+        provider.close()
+
+
+def _save_provider(w: World) -> int:
+    return _with_provider(w, lambda idp, token: w.post(
+        "/settings/sign-in/provider", token, issuer=idp.issuer, client_id=idp.client_id,
+        client_secret=idp.client_secret, allowed_domains="tenant.example"))
+
+
+def _password_off(w: World) -> int:
+    def change(idp: LocalIdentityProvider, token: str) -> int:
+        use_provider(w.tenant, idp)
+        return w.post("/settings/sign-in/password", token, password_enabled="off")
+    return _with_provider(w, change)
+
+
+def _enrolled_admin(w: World, when: datetime) -> str:
+    """Two-factor on for the admin (confirmed at ``when``): its secret."""
+    with tenant_tx(w.tenant.slug) as tx, pinned(when):
+        secret = start_enrolment(tx, w.people.admin.id).secret
+        confirm_enrolment(tx, w.people.admin.id, pyotp.TOTP(secret).at(when))
+    return secret
+
+
+def _two_factor_step(w: World) -> int:
+    now = int(datetime.now(UTC).timestamp())
+    when = datetime.fromtimestamp(now - now % 30, UTC)
+    secret = _enrolled_admin(w, when)
+    later = when + timedelta(seconds=30)
+    w.portal.cookies.clear()
+    with pinned(later):
+        sign_in(w.portal, w.tenant.slug, w.people.admin.email)
+        token = csrf_token(w.portal.get("/login/two-factor").text)
+        return w.post("/login/two-factor", token, code=pyotp.TOTP(secret).at(later))
+
+
+def _two_factor_confirm(w: World) -> int:
+    token = w.as_admin()
+    w.post("/account/two-factor/start", token)
+    with tenant_tx(w.tenant.slug) as tx:
+        secret = str(tx.conn.execute("SELECT totp_secret FROM users WHERE id = %s",
+                                     [w.people.admin.id]).fetchone()[0])  # type: ignore[index]
+    return w.post("/account/two-factor/confirm", token, code=pyotp.TOTP(secret).now())
+
+
+def _two_factor_disable(w: World) -> int:
+    now = int(datetime.now(UTC).timestamp())
+    when = datetime.fromtimestamp(now - now % 30, UTC) - timedelta(seconds=60)
+    token = w.as_admin()
+    secret = _enrolled_admin(w, when)
+    return w.post("/account/two-factor/disable", token, code=pyotp.TOTP(secret).now())
 
 
 def _upload_logo(w: World) -> int:
@@ -379,6 +442,16 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
     "POST /channels/email-failover": (
         lambda w: w.post("/channels/email-failover", w.as_admin(), on_5xx="on", run_of_5xx="3",
                          throttled_minutes="15"), "email_failover.save"),
+    "POST /settings/sign-in/provider": (_save_provider, "settings.single_sign_on"),
+    "POST /settings/sign-in/password": (_password_off, "settings.password_sign_in"),
+    "POST /settings/sign-in/two-factor": (
+        lambda w: w.post("/settings/sign-in/two-factor", w.as_admin(), required="on"),
+        "settings.two_factor_for_admins"),
+    "POST /login/two-factor": (_two_factor_step, "sign_in"),
+    "POST /account/two-factor/start": (
+        lambda w: w.post("/account/two-factor/start", w.as_admin()), "two_factor.start"),
+    "POST /account/two-factor/confirm": (_two_factor_confirm, "two_factor.enable"),
+    "POST /account/two-factor/disable": (_two_factor_disable, "two_factor.disable"),
     "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
     "POST /api/v1/events/batch": (
         lambda w: _events(w, "/api/v1/events/batch", {"events": [case_event("C-1"), case_event("C-2")]}),
@@ -490,12 +563,23 @@ def _rule_file(tmp_path: Path, **changes: object) -> str:
     return str(path)
 
 
+def _password_sign_in_off(tenant: Tenant) -> list[str]:
+    """Password sign-in off behind a provider, written directly (its own audit rows would be
+    counted as the command's, by another actor)."""
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE sign_in_settings SET oidc_issuer = 'https://login.example.com', "
+                        "oidc_client_id = 'c', oidc_client_secret = 's', password_enabled = false")
+    return ["tenant", "password-sign-in", tenant.slug]
+
+
 CliExercise = Callable[[Tenant, int, Path], list[str]]
 COMMANDS: dict[str, tuple[CliExercise, str]] = {
     "tenant create": (lambda t, r, p: ["tenant", "create", "audited" + t.slug[1:9], "--name", "A",
                                        "--tz", "UTC"], "tenant.create"),
     "tenant unknown-outcome": (lambda t, r, p: ["tenant", "unknown-outcome", t.slug, "hold"],
                                "settings.unknown_outcome"),
+    "tenant password-sign-in": (lambda t, r, p: [*_password_sign_in_off(t), "on"],
+                                "settings.password_sign_in"),
     "client create": (lambda t, r, p: ["client", "create", "--tenant", t.slug, "--name", "Acme",
                                        "--expires", "2031-01-01"], "client.create"),
     "user create": (lambda t, r, p: ["user", "create", "--tenant", t.slug, "--email", "cli@t.example",

@@ -134,6 +134,9 @@ class Settings:
     # private or link-local address (the SSRF guard refuses them unless set), seconds one
     # call may take in all, and the first retry's ceiling in seconds (each next one triples).
     webhook_allow_private: bool = False
+    # Single sign-on (tocsin/providers/oidc.py): whether a tenant's provider may resolve to a
+    # loopback, private or link-local address (the same guard as webhooks refuses them).
+    sso_allow_private: bool = False
     webhook_timeout_seconds: float = 10.0
     webhook_retry_base_seconds: float = 10.0
     # Hours after which a tick visits a tenant whatever the next-work summary says (the
@@ -390,6 +393,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         evidence_checkpoint_dir=Path(env["EVIDENCE_CHECKPOINT_DIR"]).resolve()
         if env.get("EVIDENCE_CHECKPOINT_DIR") else None,
         webhook_allow_private=env.get("WEBHOOK_ALLOW_PRIVATE", "").strip().lower()
+        in ("1", "true", "yes", "on"),
+        sso_allow_private=env.get("SSO_ALLOW_PRIVATE", "").strip().lower()
         in ("1", "true", "yes", "on"),
         webhook_timeout_seconds=env_float(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0),
         webhook_retry_base_seconds=env_float(env, "WEBHOOK_RETRY_BASE_SECONDS", 10.0),

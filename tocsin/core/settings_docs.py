@@ -227,6 +227,12 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "refuses them and every cloud metadata address, checked on the resolved address "
         "before each call.",
     ),
+    "SSO_ALLOW_PRIVATE": SettingDoc(
+        "`1`: a tenant's single sign-on provider (its issuer, token endpoint and keys) may "
+        "resolve to loopback, private and link-local addresses (an identity provider on your "
+        "own network, the test suite). Unset, the webhooks' SSRF guard refuses them and every "
+        "cloud metadata address before each call to the provider.",
+    ),
     "WEBHOOK_TIMEOUT_SECONDS": SettingDoc(
         "Seconds one webhook call may take (connect, send, answer); past it the outcome is "
         "unknown and the call is repeated later with the same `webhook-id`.",

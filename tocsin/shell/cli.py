@@ -46,6 +46,7 @@ __all__ = [
     "cmd_sweep",
     "cmd_tenant_create",
     "cmd_tenant_list",
+    "cmd_tenant_password_sign_in",
     "cmd_tenant_unknown_outcome",
     "cmd_up",
     "cmd_user_create",
@@ -207,6 +208,20 @@ def cmd_tenant_unknown_outcome(args: argparse.Namespace) -> None:
     policy = get_tenant(slug).unknown_outcome_policy
     _out(f"{slug}: unknown outcomes: {policy}{' (changed)' if args.policy else ''}")
     _out(f"  {UNKNOWN_OUTCOME_TRADE_OFF[policy]}")
+
+
+def cmd_tenant_password_sign_in(args: argparse.Namespace) -> None:
+    """The operator's way back in when a tenant's single sign-on provider fails while
+    password sign-in is off (turning it off again needs single sign-on set up)."""
+    from db.people.sign_in_settings import set_password_sign_in, sign_in_settings
+    from db.platform.tenancy import tenant_tx
+
+    slug = valid_slug(args.slug)
+    with tenant_tx(slug) as tx:
+        if args.state is not None:
+            set_password_sign_in(tx, args.state == "on")
+        enabled = sign_in_settings(tx).password_enabled
+    _out(f"{slug}: password sign-in {'on' if enabled else 'off'}{' (changed)' if args.state else ''}")
 
 
 def cmd_client_create(args: argparse.Namespace) -> None:
@@ -493,6 +508,11 @@ def build_parser() -> Parser:
     p.add_argument("slug")
     p.add_argument("policy", nargs="?", choices=[policy.value for policy in UnknownPolicy],
                    help="resend: sent again with the same Message-ID; hold: waits on Needs attention")
+    p = command("password-sign-in", cmd_tenant_password_sign_in,
+                "show or set whether the tenant's people may sign in with a password (off only "
+                "while single sign-on is set up)", tenant_sub)
+    p.add_argument("slug")
+    p.add_argument("state", nargs="?", choices=["on", "off"])
 
     client = sub.add_parser("client", help="create client organisations")
     client_sub = client.add_subparsers(dest="client_command", required=True, parser_class=Parser)
