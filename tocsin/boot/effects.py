@@ -6,6 +6,7 @@ migrate, a unit test) leaves the rows to the sweeper."""
 from __future__ import annotations
 
 from actors.email import send_deliveries
+from actors.evidence import send_checkpoint_emails
 from actors.prepare import send_claims
 from actors.relay import wake
 from actors.webhooks import send_webhooks
@@ -13,6 +14,7 @@ from db.platform.effects import (
     AnnounceInbox,
     PrepareClaims,
     PublishAlerts,
+    SendCheckpointEmails,
     SendEmails,
     SendWebhooks,
     WakeRelay,
@@ -31,6 +33,7 @@ def install_effects(settings: Settings) -> None:
     handle(PrepareClaims, lambda slug, effect: send_claims(slug, effect.claims))
     handle(PublishAlerts, lambda slug, effect: _discard(publish_alerts(slug)))
     handle(SendWebhooks, lambda slug, effect: send_webhooks(slug, effect.delivery_ids))
+    handle(SendCheckpointEmails, lambda slug, effect: send_checkpoint_emails(slug, effect.checkpoint_ids))
     if settings.events_wakeup:
         handle(WakeRelay, lambda slug, effect: wake(slug))
     else:
