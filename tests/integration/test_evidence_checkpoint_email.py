@@ -37,8 +37,9 @@ def test_a_periodic_checkpoint_reaches_the_compliance_address_once_and_is_record
     worker.drain()
     sent = [m for m in ses.sent() if m.to == DPO]
     assert len(sent) == 1
-    checkpoint_id, seq, head = (scalar(tenant, f"SELECT {c} FROM evidence_checkpoints WHERE reason = 'periodic'")
-                                for c in ("id", "seq", "head_hash"))
+    checkpoint_id, seq, head = (
+        scalar(tenant, f"SELECT {c} FROM evidence_checkpoints WHERE reason = 'periodic'")
+        for c in ("id", "seq", "head_hash"))
     assert f"sequence {seq} (periodic)" in sent[0].subject
     assert head in sent[0].body and checkpoint_signer(runtime.settings()).public_key_hex in sent[0].body
     assert sent[0].message_id.startswith(f"<evidence-checkpoint-{checkpoint_id}.{tenant.slug}@")

@@ -104,8 +104,8 @@ def test_the_settings_page_saves_the_compliance_address_and_retention_and_refuse
     token = csrf_token(signed_in(portal, people, people.admin))
     page = portal.get("/settings").text
     assert 'action="/settings/evidence"' in page and "Compliance address" in page
-    saved = portal.post("/settings/evidence", data={"_csrf_token": token, "compliance_email": "DPO@Tenant.example",
-                                                    "retention_days": "365"}, follow_redirects=False)
+    saved = portal.post("/settings/evidence", follow_redirects=False, data={
+        "_csrf_token": token, "compliance_email": "DPO@Tenant.example", "retention_days": "365"})
     assert saved.status_code == 303
     page = portal.get("/settings?done=evidence").text
     assert 'value="dpo@tenant.example"' in page and 'value="365"' in page and "Saved." in page
