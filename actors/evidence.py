@@ -17,6 +17,7 @@ from db.evidence.checkpoint_emails import (
     record_checkpoint_email,
 )
 from db.evidence.checkpoints import checkpoint_and_keep
+from db.evidence.retention import apply_retention
 from db.evidence.verifications import verify_and_record
 from db.platform.tenancy import list_tenants, tenant_tx
 from domain.delivery.states import ErrorClass
@@ -27,9 +28,11 @@ from tocsin.messaging.priority import BACKGROUND
 from tocsin.providers.ses import OutgoingEmail, ProviderError, get_mailer
 
 __all__ = [
-    "email_checkpoint", "seal_evidence", "seal_tick", "send_checkpoint_emails", "verify_evidence",
-    "verify_tick",
+    "RETENTION_EVERY_SECONDS", "email_checkpoint", "retain_evidence", "retention_tick", "seal_evidence",
+    "seal_tick", "send_checkpoint_emails", "verify_evidence", "verify_tick",
 ]
+
+RETENTION_EVERY_SECONDS = 24 * 3600  # the clock's retention pass: daily (db/evidence/retention.py)
 
 log = logging.getLogger("tocsin.evidence")
 
@@ -107,3 +110,19 @@ def verify_evidence(slug: str) -> None:
 def verify_tick() -> None:
     for tenant in list_tenants(active_only=True):
         verify_evidence.send(tenant.slug)
+
+
+@dramatiq.actor(queue_name="sweep", time_limit=60 * 60_000, max_age=60 * 60_000,  # milliseconds
+                priority=BACKGROUND)
+def retain_evidence(slug: str) -> None:
+    """Blank the message bodies and addresses older than the tenant's retention (safe to run
+    twice: a blanked row is not blanked again)."""
+    done = apply_retention(slug)
+    if done.rows:
+        log.info("retention tenant=%s days=%s blanked %s", slug, done.retention_days, done.blanked)
+
+
+@dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=60 * 60_000, priority=BACKGROUND)  # ms
+def retention_tick() -> None:
+    for tenant in list_tenants(active_only=True):
+        retain_evidence.send(tenant.slug)

@@ -85,6 +85,14 @@ SOURCES: tuple[Source, ...] = (
         LEFT JOIN evidence_salts sr ON sr.person = 'audit_log:' || a.id
         LEFT JOIN evidence_salts sc ON sc.person = lower(a.client_address)""",
            personal=("actor_label", "changes", "client_address")),
+    # tenant migration 0057; an attempt is chained once it is called or ends (none before).
+    Source("webhook_deliveries", f"""
+        SELECT id::text, {_t("created_at")}, endpoint_id, event_kind, id, ledger_id, status
+        FROM webhook_deliveries"""),
+    Source("webhook_attempts", f"""
+        SELECT id::text, attempt_no, {_t("called_at")}, claim_token::text AS claim_token, delivery_id,
+               {_t("ended_at")}, id, latency_ms, outcome, {_t("started_at")}, status_code
+        FROM webhook_attempts WHERE called_at IS NOT NULL OR ended_at IS NOT NULL"""),
 )
 
 

@@ -45,6 +45,10 @@ FACT_KINDS: dict[str, FactKind] = {k.name: k for k in (
     FactKind("provider_event", "delivery_events", True),
     FactKind("rule_version", "rule_versions", True),
     FactKind("audit", "audit_log", True),
+    FactKind("webhook_delivery", "webhook_deliveries", True),
+    FactKind("webhook_delivery_status", "webhook_deliveries", False),
+    FactKind("webhook_attempt", "webhook_attempts", True),
+    FactKind("webhook_attempt_outcome", "webhook_attempts", False),
 )}
 
 
