@@ -59,9 +59,9 @@ def claim_checkpoint_email(tx: TenantTx, checkpoint_id: int) -> ClaimedCheckpoin
     from db.evidence.checkpoints import checkpoint_by_id
 
     row = tx.conn.execute(
-        "UPDATE evidence_checkpoint_emails SET status = 'sending', attempts = attempts + 1, "
+        "UPDATE evidence_checkpoint_emails SET state = 'sending', attempts = attempts + 1, "
         f"lease_until = now() + interval '{CHECKPOINT_EMAIL_LEASE}' "
-        "WHERE checkpoint_id = %s AND (status = 'pending' OR (status = 'sending' AND lease_until < now())) "
+        "WHERE checkpoint_id = %s AND (state = 'pending' OR (state = 'sending' AND lease_until < now())) "
         "RETURNING address, attempts", [checkpoint_id]).fetchone()
     if row is None:
         return None
@@ -74,20 +74,20 @@ def record_checkpoint_email(tx: TenantTx, checkpoint_id: int, *, provider_messag
                             error: str | None = None, retry: bool = False) -> None:
     """The provider's answer: accepted (its message id), or an error, retried later or final."""
     if provider_message_id is not None:
-        tx.conn.execute("UPDATE evidence_checkpoint_emails SET status = 'sent', sent_at = now(), "
+        tx.conn.execute("UPDATE evidence_checkpoint_emails SET state = 'sent', sent_at = now(), "
                         "provider_message_id = %s, error = NULL, lease_until = NULL "
-                        "WHERE checkpoint_id = %s AND status = 'sending'",
+                        "WHERE checkpoint_id = %s AND state = 'sending'",
                         [provider_message_id, checkpoint_id])
         return
     tx.conn.execute(
-        "UPDATE evidence_checkpoint_emails SET status = CASE WHEN %s AND attempts < %s THEN 'pending' "
-        "ELSE 'failed' END, error = %s, lease_until = NULL WHERE checkpoint_id = %s AND status = 'sending'",
+        "UPDATE evidence_checkpoint_emails SET state = CASE WHEN %s AND attempts < %s THEN 'pending' "
+        "ELSE 'failed' END, error = %s, lease_until = NULL WHERE checkpoint_id = %s AND state = 'sending'",
         [retry, CHECKPOINT_EMAIL_ATTEMPTS, (error or "")[:500], checkpoint_id])
 
 
 def open_checkpoint_emails(tx: TenantTx) -> list[int]:
     """Checkpoints whose email is still to send (pending, or its sender's lease ran out)."""
     rows = tx.conn.execute(
-        "SELECT checkpoint_id FROM evidence_checkpoint_emails WHERE status = 'pending' "
-        "OR (status = 'sending' AND lease_until < now()) ORDER BY checkpoint_id").fetchall()
+        "SELECT checkpoint_id FROM evidence_checkpoint_emails WHERE state = 'pending' "
+        "OR (state = 'sending' AND lease_until < now()) ORDER BY checkpoint_id").fetchall()
     return [int(str(r[0])) for r in rows]

@@ -45,7 +45,7 @@ def test_a_periodic_checkpoint_reaches_the_compliance_address_once_and_is_record
     assert sent[0].message_id.startswith(f"<evidence-checkpoint-{checkpoint_id}.{tenant.slug}@")
     signed = json.loads(sent[0].body[sent[0].body.index("{"):sent[0].body.rindex("}") + 1])
     assert (signed["seq"], signed["head_hash"]) == (seq, head)
-    assert scalar(tenant, "SELECT status || ' ' || attempts || ' ' || (provider_message_id IS NOT NULL) "
+    assert scalar(tenant, "SELECT state || ' ' || attempts || ' ' || (provider_message_id IS NOT NULL) "
                   "FROM evidence_checkpoint_emails WHERE checkpoint_id = %s", checkpoint_id) == "sent 1 true"
 
     email_checkpoint.send(tenant.slug, int(str(checkpoint_id)))  # a duplicate message sends nothing
@@ -70,7 +70,7 @@ def test_manual_and_export_checkpoints_are_emailed_too_and_none_without_an_addre
     worker.drain()
     subjects = sorted(m.subject.rsplit("(", 1)[1] for m in ses.sent() if m.to == DPO)
     assert subjects == ["export)", "manual)"]
-    assert scalar(tenant, "SELECT count(*) FROM evidence_checkpoint_emails WHERE status = 'sent'") == 2
+    assert scalar(tenant, "SELECT count(*) FROM evidence_checkpoint_emails WHERE state = 'sent'") == 2
 
 
 def test_the_compliance_address_is_audited_and_a_malformed_one_is_refused(tenant: Tenant) -> None:

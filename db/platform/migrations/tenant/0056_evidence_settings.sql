@@ -14,8 +14,8 @@ INSERT INTO evidence_settings DEFAULT VALUES;
 CREATE TABLE evidence_checkpoint_emails (
     checkpoint_id        bigint PRIMARY KEY REFERENCES evidence_checkpoints (id),
     address              text NOT NULL,
-    status               text NOT NULL DEFAULT 'pending'
-                         CHECK (status IN ('pending', 'sending', 'sent', 'failed')),
+    state                text NOT NULL DEFAULT 'pending'
+                         CHECK (state IN ('pending', 'sending', 'sent', 'failed')),
     attempts             integer NOT NULL DEFAULT 0,
     lease_until          timestamptz,
     provider_message_id  text,
@@ -24,4 +24,4 @@ CREATE TABLE evidence_checkpoint_emails (
     sent_at              timestamptz
 );
 CREATE INDEX evidence_checkpoint_emails_open ON evidence_checkpoint_emails (checkpoint_id)
-    WHERE status IN ('pending', 'sending');
+    WHERE state IN ('pending', 'sending');
