@@ -118,6 +118,11 @@ class ChainVerifier:
         self._facts: dict[tuple[str, str], _Facts] = {}  # (table, ref) -> its facts
 
     def record(self, seq: int, kind: str, ref: str, payload: str, prev_hash: str, hash_: str) -> None:
+        self.link(seq, kind, ref, payload, prev_hash, hash_)
+        self._absorb(kind, ref, payload, seq)
+
+    def link(self, seq: int, kind: str, ref: str, payload: str, prev_hash: str, hash_: str) -> None:
+        """Check one record's place in the chain and its hash (not what it says of its row)."""
         report = self.report
         report.records += 1
         if seq != self._expected or prev_hash != self._prev or \
@@ -126,6 +131,15 @@ class ChainVerifier:
         self._expected = seq + 1
         self._prev = hash_
         report.head_seq, report.head_hash = seq, hash_
+
+    def start_after(self, seq: int, hash_: str) -> None:
+        """Check a stretch of the chain that goes on after record ``seq`` with hash ``hash_``
+        (a verification split by ranges of sequence numbers)."""
+        self._expected, self._prev = seq + 1, hash_
+
+    def fact(self, seq: int, kind: str, ref: str, payload: str) -> None:
+        """What one chained record says of its row, its place in the chain checked elsewhere
+        (a verification split by rows: each part sees the records of its rows only)."""
         self._absorb(kind, ref, payload, seq)
 
     def _link_break(self, seq: int, kind: str, ref: str, payload: str, prev_hash: str, hash_: str) -> None:
@@ -193,11 +207,21 @@ class ChainVerifier:
     def finish(self, head_seq: int, head_hash: str, rows_checked: Iterable[str]) -> ChainReport:
         """``rows_checked``: the tables whose rows were fed; a chained row of one of them that
         was not fed has been deleted."""
+        self.missing_rows(rows_checked)
+        return self.check_head(head_seq, head_hash)
+
+    def missing_rows(self, rows_checked: Iterable[str]) -> ChainReport:
+        """Name each chained row of ``rows_checked``'s tables that was not fed (deleted)."""
         tables = set(rows_checked)
         for (table, ref), facts in sorted(self._facts.items()):
             if table in tables:
                 self.report.breaks.append(
                     Break(facts[0][0] or None, table, ref, "the row is missing (deleted)"))
+        self._facts.clear()
+        return self.report
+
+    def check_head(self, head_seq: int, head_hash: str) -> ChainReport:
+        """The head must name the chain's last record (its sequence and hash)."""
         if (head_seq, head_hash) != (self.report.head_seq, self.report.head_hash):
             self.report.breaks.append(Break(
                 self.report.head_seq + 1 if head_seq > self.report.head_seq else head_seq,
