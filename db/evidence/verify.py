@@ -32,7 +32,7 @@ from psycopg import sql
 from db.platform.pool import connection, get_pool
 from db.platform.tenancy import get_tenant
 from domain.evidence.canonical import GENESIS, canonical_value, checkpoint_text, personal_digest
-from domain.evidence.verification import ERASED, Break, ChainReport, ChainVerifier
+from domain.evidence.verification import EDITED, ERASED, Break, ChainReport, ChainVerifier
 from tocsin.core.evidence_signing import signature_holds
 
 __all__ = [
@@ -388,10 +388,12 @@ def _verify_in_parts(conn: Conn, slug: str, conninfo: str, snapshot: str, search
              for start in range(low, high + 1, step)]
     facts = [pool.submit(check_facts, where, part, parts) for part in range(parts)]
     report = ChainReport()
+    broken: set[int] = set()
     for future in links:
         done = future.result()
         report.records += done.records
         report.breaks.extend(done.breaks)
+        broken |= done.broken
         if done.last is not None:
             report.head_seq, report.head_hash = done.last
         if on_progress is not None:
@@ -400,7 +402,7 @@ def _verify_in_parts(conn: Conn, slug: str, conninfo: str, snapshot: str, search
         part = pending_part.result()
         report.rows += part.rows
         report.pending += part.pending
-        report.breaks.extend(part.breaks)
+        report.breaks.extend(b for b in part.breaks if not (b.what == EDITED and b.seq in broken))
     head = conn.execute("SELECT seq, hash FROM evidence_head").fetchone()
     head_seq, head_hash = (0, "") if head is None else (int(str(head[0])), str(head[1]))
     verifier = ChainVerifier()

@@ -6,13 +6,16 @@ compared with the chain's view of it) runs in one thread however many connection
 it; on a busy machine that thread waits for a CPU most of the time. Split, each part is a
 process the operating system schedules on its own:
 
-- *links*, by ranges of sequence numbers: each part checks its records' hashes and links,
-  starting from the record before its range, exactly as one pass over the whole chain would;
+- *links*, by ranges of sequence numbers: each part checks its records' sequence and links
+  (sequence numbers and hashes only, no payloads), starting from the record before its
+  range, exactly as one pass over the whole chain would;
 - *facts*, by rows: each part takes the records and the rows whose ref falls in it
-  (``abs(hashtext(ref)) % parts``), builds the chain's view of its rows and compares them.
+  (``abs(hashtext(ref)) % parts``), recomputes those records' hashes, builds the chain's view
+  of its rows and compares them.
 
 Every record is in exactly one range and one part, and every row in one part, so the parts'
-breaks together are those of one pass. The parent checks the head and the checkpoints.
+breaks together are those of one pass (a record whose link broke is named for its link only,
+as one pass names it). The parent checks the head and the checkpoints.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class LinkResult:
     records: int = 0
     last: tuple[int, str] | None = None  # the range's last record: sequence, hash
     breaks: list[Break] = field(default_factory=list)
+    broken: set[int] = field(default_factory=set)  # records whose link broke (their hash aside)
 
 
 @dataclass
@@ -77,13 +81,13 @@ def check_links(where: Snapshot, low: int, high: int) -> LinkResult:
             verifier.start_after(int(before[0]), str(before[1]))
         link = verifier.link
         for start in range(low, high + 1, FETCH_ROWS):
-            for seq, kind, ref, payload, prev_hash, hash_ in conn.execute(
-                    "SELECT seq, kind, ref, payload, prev_hash, hash FROM evidence_chain "
+            for seq, kind, ref, prev_hash, hash_ in conn.execute(  # no payloads: check_facts hashes
+                    "SELECT seq, kind, ref, prev_hash, hash FROM evidence_chain "
                     "WHERE seq BETWEEN %s AND %s ORDER BY seq", [start, min(start + FETCH_ROWS - 1, high)]):
-                link(seq, kind, ref, payload, prev_hash, hash_)
+                link(seq, kind, ref, "", prev_hash, hash_, content=False)
     report = verifier.report
     last = (report.head_seq, report.head_hash) if report.records else None
-    return LinkResult(report.records, last, report.breaks)
+    return LinkResult(report.records, last, report.breaks, verifier.broken_links)
 
 
 def check_facts(where: Snapshot, part: int, parts: int) -> PartResult:
@@ -91,10 +95,10 @@ def check_facts(where: Snapshot, part: int, parts: int) -> PartResult:
     verifier = ChainVerifier(_decode.decode)
     with where.open() as conn:
         fact = verifier.fact
-        for seq, kind, ref, payload in conn.execute(
-                "SELECT seq, kind, ref, payload FROM evidence_chain "
+        for seq, kind, ref, payload, prev_hash, hash_ in conn.execute(
+                "SELECT seq, kind, ref, payload, prev_hash, hash FROM evidence_chain "
                 "WHERE abs(hashtext(ref)) %% %s = %s ORDER BY seq", [parts, part]):
-            fact(seq, kind, ref, payload)
+            fact(seq, kind, ref, payload, prev_hash, hash_)
         for kind, ref, payload in conn.execute(
                 "SELECT p.kind, f.ref, f.payload FROM evidence_pending p, "
                 "evidence_facts(p.kind, p.ref, p.payload, p.ids) f "

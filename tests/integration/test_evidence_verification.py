@@ -106,6 +106,9 @@ def test_a_chain_verified_in_parts_gives_the_same_report_as_one_pass(tenant: Ten
     _tamper(tenant, f"UPDATE notification_ledger SET threshold = 'd1' WHERE id = {claim}")
     _tamper(tenant, "DELETE FROM delivery_attempts WHERE id = (SELECT max(id) FROM delivery_attempts)")
     _tamper(tenant, "UPDATE evidence_chain SET payload = payload || ' ' WHERE seq = 5")
+    _tamper(tenant, "UPDATE evidence_chain SET seq = seq + 1000000 WHERE seq IN (8, 9)")
+    _tamper(tenant, "UPDATE evidence_chain SET seq = CASE seq WHEN 1000008 THEN 9 ELSE 8 END "
+                    "WHERE seq IN (1000008, 1000009)")  # two records swapped: link and hash broken
     one_pass, in_parts = verify_tenant(tenant.slug, parts=0), verify_tenant(tenant.slug, parts=3)
     assert not one_pass.ok and sorted(in_parts.breaks) == sorted(one_pass.breaks)
     assert in_parts.first_break == one_pass.first_break
