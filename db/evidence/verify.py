@@ -50,8 +50,7 @@ __all__ = [
 
 FETCH_ROWS = 50_000  # chained records (or rows of a table) per query
 READERS = 3  # connections reading the snapshot ahead of the verifier (its own one aside)
-PARTS = 3  # processes a large chain is verified in (db/evidence/verify_parts.py)
-PARTS_FROM = 100_000  # chained records from which the chain is verified in parts
+
 AHEAD = READERS + 1  # queries asked for before their rows are needed (bounds the memory held)
 _decode = msgspec.json.Decoder()  # the payloads' JSON, decoded in C
 
@@ -353,17 +352,16 @@ def _moment(value: datetime | date) -> str:
 
 
 def verify_tenant(slug: str, on_progress: Callable[[int], None] | None = None,
-                  parts: int | None = None) -> ChainReport:
-    """Verify one tenant's chain and rows as of one instant: in ``parts`` processes (by default
-    PARTS once the chain holds PARTS_FROM records; 0 or 1: in this process)."""
+                  parts: int = 0) -> ChainReport:
+    """Verify one tenant's chain and rows as of one instant, in this process (its readers
+    ahead of it), or split in ``parts`` processes (db/evidence/verify_parts.py: for a machine
+    with idle cores; on a busy one, or with two CPUs, the parts' duplicated reading cost more
+    than they saved: docs/benchmarks/evidence.md)."""
     with _snapshot(slug) as conn, _no_cycle_collection():
-        row = conn.execute("SELECT pg_export_snapshot(), current_setting('search_path'), "
-                           "(SELECT seq FROM evidence_head)").fetchone()
+        row = conn.execute("SELECT pg_export_snapshot(), current_setting('search_path')").fetchone()
         assert row is not None
         conninfo = get_pool().conninfo
         assert isinstance(conninfo, str)  # the pool is opened with the database URL
-        if parts is None:
-            parts = PARTS if int(str(row[2] or 0)) >= PARTS_FROM else 0
         if parts > 1:
             return _verify_in_parts(conn, slug, conninfo, str(row[0]), str(row[1]), parts, on_progress)
         readers = SnapshotReaders(conninfo, str(row[0]), str(row[1]))

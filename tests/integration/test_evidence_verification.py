@@ -91,9 +91,10 @@ def test_the_clocks_ticks_seal_verify_and_sign_through_the_worker(
     assert [c.reason for c in signed] == ["periodic"] and signed[0].seq == last.head_seq
 
 
-def test_a_chain_verified_in_parts_gives_the_same_report_as_one_pass(tenant: Tenant) -> None:
-    """Large chains are verified in processes of their own (db/evidence/verify_parts.py): split
-    by ranges of records and by rows, the breaks are those of one pass, the first one first."""
+def test_a_chain_verified_in_parts_gives_the_same_report_as_one_pass(
+        tenant: Tenant, capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify --parts N` splits the work over processes (db/evidence/verify_parts.py): by
+    ranges of records and by rows, the breaks are those of one pass, the first one first."""
     from db.evidence.chain import seal_tenant
     from db.evidence.verify import verify_tenant
 
@@ -114,3 +115,5 @@ def test_a_chain_verified_in_parts_gives_the_same_report_as_one_pass(tenant: Ten
     assert in_parts.first_break == one_pass.first_break
     assert (in_parts.records, in_parts.rows, in_parts.head_seq) == (
         one_pass.records, one_pass.rows, one_pass.head_seq)
+    code, out, _err = run(capsys, "evidence", "verify", "--tenant", tenant.slug, "--parts", "3")
+    assert code == EXIT_BROKEN and f"first broken record: {one_pass.first_break.describe()}" in out

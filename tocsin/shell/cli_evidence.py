@@ -59,7 +59,7 @@ def cmd_evidence_verify(args: argparse.Namespace) -> None:
         progress = ProgressLine(f"{slug}: verifying", head.seq, sys.stderr)
         started = time.perf_counter()
         try:
-            report = verify_tenant(slug, on_progress=progress.update)
+            report = verify_tenant(slug, on_progress=progress.update, parts=args.parts)
             progress.update(report.records)
         finally:
             progress.finish()
@@ -170,6 +170,8 @@ def add_evidence_commands(sub: argparse._SubParsersAction[Any], command: Command
                 "naming the first broken record (sequence, table, id, what differs)", evidence_sub)
     p.add_argument("--tenant", help="only this tenant (default: every tenant)")
     p.add_argument("--show", type=int, default=10, help="breaks listed after the first (default 10)")
+    p.add_argument("--parts", type=int, default=0,
+                   help="verify in this many processes (for a machine with idle cores; default: one)")
     p = command("key", cmd_evidence_key, "show the public key that signs checkpoints", evidence_sub)
     p.add_argument("--tenant", help="also list every key that signed this tenant's checkpoints")
     p = command("export", cmd_evidence_export,
