@@ -300,7 +300,7 @@ def verify_phase(conn: psycopg.Connection[Any], facts: int) -> float:
         say(f"  {report.records:,} records and {report.rows:,} rows verified in {seconds:.2f}s "
             f"= {rate:,.0f} records/s wall; the verifier's own CPU (its processes, PostgreSQL's "
             f"aside) {cpu_seconds:.2f}s = {report.records / max(cpu_seconds, 1e-9):,.0f} records per "
-            f"CPU-second (load average {os.getloadavg()[0]:.1f}){'' if n else ', processes started'}")
+            f"CPU-second (load average {os.getloadavg()[0]:.1f}){'' if n else ', first run: not counted'}")
     return best
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -66,7 +66,6 @@ class Source:
     personal: tuple[str, ...] = ()
     key: str = "id"  # the whole-number column the query's rows are read in ranges of
     ref: str = "id::text"  # the row's ref as an expression of the query (its first column)
-    times: tuple[str, ...] = ()  # the fields that are instants or dates, rendered canonically
 
     def partitioned(self) -> str:
         """The query restricted to the rows of one part of a split verification (parameters:
@@ -80,14 +79,18 @@ class Source:
         return f"{self.query}{joiner}{self.key} BETWEEN %s AND %s"
 
 
-# Instants and dates are read as they are (binary on the wire, no formatting in PostgreSQL)
-# and rendered in the chain's form in Python (``Source.times``): to_char in the queries was
-# most of PostgreSQL's share of a verification.
+# Instants and dates rendered by PostgreSQL in the canonical form (domain/evidence/canonical.py),
+# by the backends reading for the verifier while it checks what they read before.
+_T = """to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS {}"""
+_D = "to_char({}, 'YYYY-MM-DD') AS {}"
+
+
 def _t(column: str) -> str:
-    return column
+    return _T.format(column, column.split(".")[-1])
 
 
-_d = _t
+def _d(column: str) -> str:
+    return _D.format(column, column.split(".")[-1])
 
 
 SOURCES: tuple[Source, ...] = (
@@ -95,25 +98,23 @@ SOURCES: tuple[Source, ...] = (
         SELECT id::text, {_t("acknowledged_at")}, acknowledged_by, {_t("claimed_at")}, {_t("delivered_at")},
                {_d("due_on")}, event_id, id, {_d("local_date")}, rule, rule_id, rule_version, status,
                status_reason, subject_id, subject_kind, threshold
-        FROM notification_ledger""",
-           times=("acknowledged_at", "claimed_at", "delivered_at", "due_on", "local_date")),
+        FROM notification_ledger"""),
     Source("notification_deliveries", f"""
         SELECT id::text, channel, {_t("created_at")}, digest_id, id, notification_id, status
-        FROM notification_deliveries""", times=("created_at",)),
+        FROM notification_deliveries"""),
     Source("delivery_attempts", f"""
         SELECT id::text, attempt_no, claim_token::text AS claim_token, delivery_id, {_t("ended_at")},
                error_class, id, outcome, provider_message_id, {_t("started_at")}
-        FROM delivery_attempts""", times=("ended_at", "started_at")),
+        FROM delivery_attempts"""),
     Source("delivery_events", f"""
         SELECT id::text, delivery_id, event_type, id, {_t("occurred_at")}, provider_message_id
-        FROM delivery_events""", times=("occurred_at",)),
+        FROM delivery_events"""),
     Source("rule_versions", f"""
         SELECT v.rule_id || '/' || v.version, {_t("v.changed_at")}, v.changed_by, s.salt,
                encode(sha256(convert_to(v.definition::text, 'UTF8')), 'hex') AS definition_sha256,
                v.enabled, v.rule_id, v.summary, v.version
         FROM rule_versions v LEFT JOIN evidence_salts s ON s.person = lower(v.changed_by)""",
-           personal=("changed_by",), key="v.rule_id", ref="v.rule_id || '/' || v.version",
-           times=("changed_at",)),
+           personal=("changed_by",), key="v.rule_id", ref="v.rule_id || '/' || v.version"),
     # before/after as one salted digest per row (tenant migration 0055): erasure rewrites them.
     Source("audit_log", f"""
         SELECT a.id::text, a.action, a.actor_kind, a.actor_label, sl.salt, a.actor_user_id,
@@ -122,17 +123,15 @@ SOURCES: tuple[Source, ...] = (
         FROM audit_log a LEFT JOIN evidence_salts sl ON sl.person = lower(a.actor_label)
         LEFT JOIN evidence_salts sr ON sr.person = 'audit_log:' || a.id
         LEFT JOIN evidence_salts sc ON sc.person = lower(a.client_address)""",
-           personal=("actor_label", "changes", "client_address"), key="a.id", ref="a.id::text",
-           times=("occurred_at",)),
+           personal=("actor_label", "changes", "client_address"), key="a.id", ref="a.id::text"),
     # tenant migration 0057; an attempt is chained once it is called or ends (none before).
     Source("webhook_deliveries", f"""
         SELECT id::text, {_t("created_at")}, endpoint_id, event_kind, id, ledger_id, status
-        FROM webhook_deliveries""", times=("created_at",)),
+        FROM webhook_deliveries"""),
     Source("webhook_attempts", f"""
         SELECT id::text, attempt_no, {_t("called_at")}, claim_token::text AS claim_token, delivery_id,
                {_t("ended_at")}, id, latency_ms, outcome, {_t("started_at")}, status_code
-        FROM webhook_attempts WHERE (called_at IS NOT NULL OR ended_at IS NOT NULL)""",
-           times=("called_at", "ended_at", "started_at")),
+        FROM webhook_attempts WHERE (called_at IS NOT NULL OR ended_at IS NOT NULL)"""),
 )
 
 
@@ -310,18 +309,13 @@ def source_rows(conn: Conn, source: Source) -> Iterator[tuple[str, dict[str, obj
 
 def rendered_rows(source: Source, names: list[str], rows: Iterable[tuple[Any, ...]]
                   ) -> Iterator[tuple[str, dict[str, object]]]:
-    """Each row as (ref, its fields as the chain renders them): instants and dates in their
-    canonical text, personal fields as their salted digest (or ERASED without a salt)."""
+    """Each row as (ref, its fields as the chain renders them; personal fields as their
+    salted digest, or ERASED without a salt)."""
     names = names[1:]
     personal = {names.index(p) for p in source.personal}
-    times = [names.index(t) for t in source.times]
     if not personal:
         for raw in rows:
-            values = list(raw[1:])
-            for i in times:
-                if values[i] is not None:
-                    values[i] = _moment(values[i])
-            yield str(raw[0]), dict(zip(names, values, strict=True))
+            yield str(raw[0]), dict(zip(names, raw[1:], strict=True))
         return
     for raw in rows:
         fields: dict[str, object] = {}
@@ -339,16 +333,6 @@ def rendered_rows(source: Source, names: list[str], rows: Iterable[tuple[Any, ..
             else:
                 fields[name] = canonical_value(value)
         yield str(raw[0]), fields
-
-
-def _moment(value: datetime | date) -> str:
-    """An instant (in UTC, with microseconds, ``Z``) or a date, as canonical_value renders it,
-    without strftime (a tenth of the time)."""
-    if isinstance(value, datetime):
-        if value.tzinfo is not UTC:
-            value = value.astimezone(UTC)
-        return value.isoformat(timespec="microseconds")[:-6] + "Z"
-    return value.isoformat()
 
 
 def verify_tenant(slug: str, on_progress: Callable[[int], None] | None = None,
