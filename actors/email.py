@@ -26,8 +26,11 @@ from db.delivery.deliveries import (
     record_unknown,
 )
 from db.delivery.email_context import EmailContext, email_contexts
+from db.delivery.email_failover import note_failover, reset_ses_run, ses_failure_reason
+from db.delivery.email_templates import record_template_fallback
 from db.platform.pool import retrying
 from db.platform.tenancy import tenant_tx
+from domain.delivery.failover import SesFailure
 from domain.delivery.states import ErrorClass, email_message_id, email_text, retry_delay, should_retry
 from domain.delivery.unsubscribe import unsubscribe_token
 from tocsin.core import runtime
@@ -38,6 +41,7 @@ from tocsin.monitoring.metrics import EMAIL_ATTEMPTS, EMAIL_ERRORS
 from tocsin.providers.email_compose import render_email
 from tocsin.providers.send_rate import RateLimited, get_limiter
 from tocsin.providers.ses import OutgoingEmail, ProviderError, get_mailer
+from tocsin.providers.smtp import get_smtp_mailer
 
 __all__ = [
     "ANSWER_FLUSH_WITHIN",
@@ -62,6 +66,10 @@ ANSWER_FLUSH_WITHIN = 0.1  # seconds
 # A provider's answer is retried on fresh connections for this long when PostgreSQL is
 # unreachable (a restart, a failover): an answer given up on becomes unknown and is resent.
 ANSWER_PATIENCE = 60.0  # seconds
+
+# Tenants whose SES failure streak this process added to: its next acceptance resets the
+# streak (one write after a failure, none on the usual path).
+_ses_runs_open: set[str] = set()
 
 
 # The time limit stays under the default lease (5 minutes): a stuck worker records its
@@ -171,18 +179,54 @@ class _Batch:
     def _send_one(self, claim: ClaimedEmail) -> None:
         self.waiting.remove(claim)
         EMAIL_ATTEMPTS.inc()
+        outgoing: OutgoingEmail | None = None
         try:
             outgoing = _compose(self.slug, claim, self.settings, self.contexts.get(claim.delivery_id))
             accepted = get_mailer().send(outgoing)
         except ProviderError as error:
             EMAIL_ERRORS.labels(error.error_class.value).inc()
-            _record_error(self.slug, claim, error)
+            if outgoing is None or not self._fail_over(claim, outgoing, error):
+                _record_error(self.slug, claim, error)
             return
         except BaseException as error:  # a time limit or shutdown while the request was out
             EMAIL_ERRORS.labels(ErrorClass.UNCERTAIN.value).inc()
             _record_lost_answer(self.slug, claim, type(error).__name__)
             raise
+        if self.slug in _ses_runs_open:  # the first acceptance after a failure ends the streak
+            _ses_runs_open.discard(self.slug)
+            retrying(lambda: reset_ses_run(self.slug))
         self.answered = Answer(claim, accepted.provider_message_id, accepted.request_id)
+
+    def _fail_over(self, claim: ClaimedEmail, outgoing: OutgoingEmail, error: ProviderError) -> bool:
+        """When SES failed in a class the tenant chose: the same email (same Message-ID)
+        through SMTP, the attempt marked with both providers before the call. True when the
+        attempt's outcome was recorded here (or the delivery is no longer ours)."""
+        smtp = get_smtp_mailer()
+        if error.error_class is ErrorClass.UNCERTAIN or smtp is None:
+            return False  # an uncertain SES call may have sent it: resending elsewhere doubles it
+        failure = SesFailure(error.code, error.http_status)
+        reason = retrying(lambda: ses_failure_reason(self.slug, failure, utcnow()))
+        if failure.server_error or failure.throttled:
+            _ses_runs_open.add(self.slug)
+        if reason is None:
+            return False
+        if not retrying(lambda: note_failover(self.slug, claim, reason)):
+            log.warning("delivery tenant=%s id=%d attempt=%d lease lost before the SMTP failover; "
+                        "not sent", self.slug, claim.delivery_id, claim.attempt)
+            return True
+        log.warning("delivery tenant=%s id=%d attempt=%d through SMTP: %s", self.slug,
+                    claim.delivery_id, claim.attempt, reason)
+        try:
+            accepted = smtp.send(outgoing)
+        except ProviderError as smtp_error:
+            _record_error(self.slug, claim, ProviderError(
+                smtp_error.error_class, f"{error}; then through SMTP: {smtp_error}", error.request_id))
+            return True
+        except BaseException as stopped:
+            _record_lost_answer(self.slug, claim, f"SMTP: {type(stopped).__name__}")
+            raise
+        self.answered = Answer(claim, accepted.provider_message_id, error.request_id)
+        return True
 
     def _release(self, why: str) -> None:
         """Back to pending, due now: these were claimed but never handed to the provider, so
@@ -242,7 +286,9 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings,
         try:
             rendered = render_email(context.facts, context.zone,
                                     context.brand.brand(settings.portal_url), settings.portal_url,
-                                    unsubscribe)
+                                    unsubscribe, context.template)
+            if rendered.fallback is not None and context.template is not None:
+                _record_fallback(slug, claim.delivery_id, context, rendered.fallback)
             return OutgoingEmail(message_id, claim.recipient, rendered.subject, rendered.text, tags,
                                  unsubscribe_url=unsubscribe, html=rendered.html,
                                  reply_to=context.brand.reply_to or None)
@@ -254,6 +300,20 @@ def _compose(slug: str, claim: ClaimedEmail, settings: Settings,
     link = f"{settings.portal_url}{claim.href}" if claim.href else None
     return OutgoingEmail(message_id, claim.recipient, claim.title,
                          email_text(claim.body, link, unsubscribe), tags, unsubscribe_url=unsubscribe)
+
+
+def _record_fallback(slug: str, delivery_id: int, context: EmailContext, why: str) -> None:
+    """The delivery says it went with the shipped copy (ledger, Needs attention). The email goes
+    whether or not this is written: a broken template never loses a reminder."""
+    assert context.template is not None
+    log.warning("delivery tenant=%s id=%d template %s/%s failed; shipped copy sent", slug,
+                delivery_id, context.template.kind, context.template.locale)
+    try:
+        with tenant_tx(slug) as tx:
+            record_template_fallback(tx, delivery_id, context.template, why)
+    except Exception:
+        log.exception("delivery tenant=%s id=%d could not record its template fallback", slug,
+                      delivery_id)
 
 
 def _released(slug: str, claims: list[ClaimedEmail], why: str) -> None:

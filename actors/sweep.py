@@ -16,7 +16,10 @@ import logging
 
 import dramatiq
 
+from actors.sms import sync_provider_opt_outs
+from db.delivery.chat_deliveries import sweep_chats
 from db.delivery.recovery import LeaseReport, ReconcileReport
+from db.delivery.sms_deliveries import sweep_sms
 from db.delivery.sweep import run_sweep
 from db.delivery.webhook_deliveries import sweep_webhooks
 from db.platform.runs import fan_out_order
@@ -38,9 +41,20 @@ def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
     with SWEEP_SECONDS.time():
         r = run_sweep(slug, messages_lost=messages_lost)
         hooks = sweep_webhooks(slug, everything_due=messages_lost)
+        chats = sweep_chats(slug, everything_due=messages_lost)
+        texts = sweep_sms(slug, everything_due=messages_lost)
+        stopped = sync_provider_opt_outs(slug)
+    if stopped:
+        log.info("sms tenant=%s numbers opted out at SNS added to the STOP list: %d", slug, stopped)
+    if texts.retried or texts.unknown or texts.enqueued:
+        log.info("swept sms tenant=%s retried=%d unknown=%d enqueued=%d", slug, texts.retried,
+                 texts.unknown, texts.enqueued)
     if hooks.retried or hooks.failed or hooks.enqueued:
         log.info("swept webhooks tenant=%s retried=%d failed=%d enqueued=%d", slug, hooks.retried,
                  hooks.failed, hooks.enqueued)
+    if chats.retried or chats.failed or chats.enqueued:
+        log.info("swept chats tenant=%s retried=%d failed=%d enqueued=%d", slug, chats.retried,
+                 chats.failed, chats.enqueued)
     if r.leases != LeaseReport(0, 0, 0) or r.reconciled != ReconcileReport(0, 0, 0) or r.repaired \
             or r.enqueued or r.alerts_raised:
         log.info("swept tenant=%s retried=%d unknown=%d failed=%d confirmed=%d resent=%d held=%d "

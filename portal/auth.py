@@ -39,6 +39,7 @@ __all__ = [
     "VIEWER",
     "VIEWER_IN_HANDLER",
     "AccessPaused",
+    "ClientArchived",
     "CurrentViewer",
     "UnknownParameter",
     "Viewer",
@@ -93,17 +94,29 @@ class Viewer:
         return not self.is_client_user or self.user.client_id == client_id
 
 
+class ClientArchived(Exception):
+    """A client user, with the right password, whose client organisation is archived: the
+    sign-in is refused with a plain message (not the wrong-credentials one) until an
+    administrator restores the client."""
+
+    def __init__(self, viewer: Viewer):
+        super().__init__("client archived")
+        self.viewer = viewer
+
+
 # How a handler asks for the signed-in viewer: `viewer: CurrentViewer`.
 CurrentViewer: TypeAlias = NamedDependency[Viewer]
 
 
 def sign_in(organisation: str, email: str, password: str) -> Viewer | None:
     """The viewer for these credentials, or None for any reason at all (unknown or suspended
-    organisation, unknown email, wrong password, deactivated user)."""
+    organisation, unknown email, wrong password, deactivated user). ClientArchived for the
+    right credentials of a user whose client organisation is archived."""
     try:
         with tenant_tx(organisation.strip().lower()) as tx:
             user = authenticate(tx, email, password)
             tenant = tx.tenant
+            client = None if user is None or user.client_id is None else get_client(tx, user.client_id)
     except (InvalidInput, NotFound):
         # An unknown organisation costs the same argon2 work as a wrong password, so
         # response times do not tell which organisations exist.
@@ -111,15 +124,21 @@ def sign_in(organisation: str, email: str, password: str) -> Viewer | None:
         return None
     if user is None or tenant.status != "active":
         return None
-    return Viewer(tenant, user)
+    viewer = Viewer(tenant, user, client)
+    if client is not None and client.archived:
+        raise ClientArchived(viewer)
+    return viewer
 
 
 def viewer_in(tx: TenantTx, user_id: int) -> Viewer | None:
-    """The signed-in user as this transaction reads them, if they may still be signed in."""
+    """The signed-in user as this transaction reads them, if they may still be signed in (a
+    client user of an archived client may not: their session ends at their next request)."""
     user = get_user(tx, user_id)
     if user is None or not user.active or not user.can_sign_in or tx.tenant.status != "active":
         return None
     client = None if user.client_id is None else get_client(tx, user.client_id)
+    if client is not None and client.archived:
+        return None
     return Viewer(tx.tenant, user, client)
 
 

@@ -154,6 +154,13 @@ def link_label(href: str) -> str:
     return "Open"
 
 
+def english_words(message: str, /, **values: Any) -> str:
+    """``_()`` of the pages written for the catalogs (the email template editor), in English
+    until the catalog-backed one of the portal's localisation replaces it: the message with
+    its {names} filled in, as plain text (autoescaping escapes it, values included, once)."""
+    return message.format(**values) if values else message
+
+
 def build_environment(globals_: dict[str, Any]) -> Environment:
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES),
@@ -182,4 +189,5 @@ def build_environment(globals_: dict[str, Any]) -> Environment:
         outcome_label=lambda outcome: OUTCOME_LABELS.get(outcome, outcome),
     )
     environment.globals.update(globals_)
+    environment.globals.setdefault("_", english_words)
     return environment

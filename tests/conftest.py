@@ -240,7 +240,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """For pytest-xdist's --dist loadgroup: the browser tests share one worker (one portal
     server, one Chromium), and a system module's tests share one (one after the other, as
     they were written: two stacks of one module never run at once); the others go wherever
-    a worker is free."""
+    a worker is free, except that a module with a module-scoped fixture keeps its tests on one
+    worker too (spread over four, the wheel module built and installed its wheel four times)."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
@@ -249,3 +250,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("browser"))
         elif path.parts[0] == "system":
             item.add_marker(pytest.mark.xdist_group(f"system-{path.stem}"))
+        elif _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(f"module-{path.stem}"))
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(definition.scope == "module"
+               for definitions in info.name2fixturedefs.values() for definition in definitions)
+

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from db.platform.tenancy import TenantTx
 from domain.delivery.channels import CHANNELS, Channel
 
-__all__ = ["ChannelHealth", "channel_health"]
+__all__ = ["ChannelHealth", "channel_health", "sms_health"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,24 @@ FROM webhook_deliveries
 """
 
 
+_SMS = """
+SELECT (SELECT count(*) FROM sms_numbers n JOIN sms_preferences p ON p.user_id = n.user_id AND p.sms),
+       count(*) FILTER (WHERE status = 'accepted' AND accepted_at > now() - interval '24 hours'),
+       count(*) FILTER (WHERE status IN ('failed', 'unknown') AND updated_at > now() - interval '24 hours'),
+       count(*) FILTER (WHERE status IN ('pending', 'deferred', 'sending'))
+FROM sms_deliveries
+"""
+
+
+def sms_health(tx: TenantTx) -> ChannelHealth:
+    """Texts: on once anyone has a number and a category turned on."""
+    row = tx.conn.execute(_SMS).fetchone() or (0, 0, 0, 0)
+    people, sent, failed, waiting = (int(str(v)) for v in row)
+    return ChannelHealth(Channel.SMS, people > 0, sent, failed, waiting,
+                         f"{people} choice{'' if people == 1 else 's'} of a number and a category; "
+                         "capped per month.")
+
+
 def channel_health(tx: TenantTx) -> list[ChannelHealth]:
     email = tx.conn.execute(_EMAIL).fetchone() or (0, 0, 0)
     inbox = tx.conn.execute(_INBOX).fetchone() or (0,)
@@ -62,4 +80,5 @@ def channel_health(tx: TenantTx) -> list[ChannelHealth]:
                       "Always on; each person may hide a category from the inbox."),
         ChannelHealth(Channel.WEBHOOK, n[4] > 0, n[6], n[7], n[8],
                       f"{n[4]} of {n[5]} endpoint{'' if n[5] == 1 else 's'} enabled."),
+        sms_health(tx),
     ]

@@ -4,6 +4,10 @@ brand as they are when the email goes, not when the notice was prepared).
 
 One statement for a batch's deliveries (plus one per digest among them), so composing an
 email adds no round trip per delivery.
+
+Each context carries the tenant's template for its kind and locale, when one was saved
+(db/delivery/email_templates.py); a template editor's test email carries the template being
+tested and is composed from the sample facts the editor previews (db/delivery/template_samples.py).
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from db.delivery.email_templates import current_templates
+from db.delivery.template_samples import sample_facts
 from db.platform.tenancy import TenantTx
 from domain.delivery.email_content import DEFAULT_COLOUR, Brand
-from domain.delivery.email_kinds import DigestEntry, EmailFacts
-from domain.people.locales import resolve_locale
+from domain.delivery.email_kinds import KINDS, DigestEntry, EmailFacts, kind_of
+from domain.delivery.email_templates import EmailTemplate
+from domain.people.locales import SHIPPED_LOCALES, resolve_locale
 
 __all__ = ["LOGO_PATH", "BrandRow", "EmailContext", "email_contexts", "read_brand"]
 
@@ -46,6 +53,7 @@ class EmailContext:
     facts: EmailFacts
     zone: str  # the recipient's time zone: dates and "in 7 days" are theirs
     brand: BrandRow
+    template: EmailTemplate | None = None  # the tenant's for this kind and locale; None: the shipped copy
 
 
 def read_brand(tx: TenantTx) -> BrandRow:
@@ -93,6 +101,7 @@ def email_contexts(tx: TenantTx, delivery_ids: list[int]) -> dict[int, EmailCont
     if not delivery_ids:
         return {}
     brand = read_brand(tx)
+    templates = current_templates(tx)
     rows = tx.conn.execute(_CONTEXT, {"ids": delivery_ids, "zone": tx.tenant.time_zone}).fetchall()
     out = {}
     for (delivery_id, category, title, body, data, name, zone, user_locale, client_locale,
@@ -115,8 +124,24 @@ def email_contexts(tx: TenantTx, delivery_ids: list[int]) -> dict[int, EmailCont
             digest_date=period_date if isinstance(period_date, date) else None,
             digest=entries, data=data,
         )
-        out[int(str(delivery_id))] = EmailContext(facts, str(zone), brand)
+        test = data.get("template_test")
+        if isinstance(test, dict) and _testable(test):
+            facts, zone = sample_facts(tx, str(test["kind"]), str(test["locale"]),
+                                       int(test["recipient"]), str(test.get("about") or ""),
+                                       brand.display_name)
+            template: EmailTemplate | None = EmailTemplate(
+                str(test["kind"]), str(test["locale"]), str(test["subject"]),
+                str(test["preheader"]), str(test["body"]))
+        else:
+            template = templates.get((kind_of(facts), facts.locale))
+        out[int(str(delivery_id))] = EmailContext(facts, str(zone), brand, template)
     return out
+
+
+def _testable(test: dict[str, Any]) -> bool:
+    return (test.get("kind") in KINDS and test.get("locale") in SHIPPED_LOCALES
+            and isinstance(test.get("recipient"), int)
+            and all(isinstance(test.get(b), str) for b in ("subject", "preheader", "body")))
 
 
 def _digest_entries(tx: TenantTx, digest_id: int) -> tuple[DigestEntry, ...]:

@@ -30,6 +30,7 @@ __all__ = [
     "edit_manual_subject",
     "list_manual_subjects",
     "manual_subject_form",
+    "manual_subject_forms",
 ]
 
 
@@ -72,26 +73,41 @@ def create_manual_subject(tx: TenantTx, form: ManualSubject) -> Recorded:
     return _record(tx, event, "subject.create", None)
 
 
+_FORMS = """
+    SELECT s.id, s.kind, s.external_id, s.title, coalesce(s.time_zone, ''), s.status,
+           coalesce((SELECT string_agg(u.email, ', ' ORDER BY u.email) FROM subject_assignees a
+                     JOIN users u ON u.id = a.user_id WHERE a.subject_id = s.id), ''),
+           coalesce((SELECT string_agg(h.level || ' = ' || u.code, E'\\n' ORDER BY h.level)
+                     FROM subject_hierarchy h JOIN hierarchy_units u ON u.id = h.unit_id
+                     WHERE h.subject_id = s.id), ''),
+           coalesce((SELECT string_agg(f.name || ' = ' || (f.value #>> '{}'), E'\\n' ORDER BY f.name)
+                     FROM subject_fields f WHERE f.subject_id = s.id AND f.name <> %(due)s), ''),
+           (SELECT f.value #>> '{}' FROM subject_fields f WHERE f.subject_id = s.id AND f.name = %(due)s)
+    FROM subjects s WHERE s.product = %(product)s AND """
+
+
+def _form(row: tuple[object, ...]) -> ManualSubject:
+    return ManualSubject(kind=str(row[1]), external_id=str(row[2]), title=str(row[3]),
+                         due_on=str(row[9] or ""), time_zone=str(row[4]), status=str(row[5]),
+                         assignees=str(row[6]), hierarchy=str(row[7]), fields=str(row[8]))
+
+
 def manual_subject_form(tx: TenantTx, subject_id: int) -> ManualSubject:
     """The subject as its form shows it: what the register holds now."""
-    row = tx.conn.execute(
-        """
-        SELECT s.kind, s.external_id, s.title, coalesce(s.time_zone, ''), s.status,
-               coalesce((SELECT string_agg(u.email, ', ' ORDER BY u.email) FROM subject_assignees a
-                         JOIN users u ON u.id = a.user_id WHERE a.subject_id = s.id), ''),
-               coalesce((SELECT string_agg(h.level || ' = ' || u.code, E'\\n' ORDER BY h.level)
-                         FROM subject_hierarchy h JOIN hierarchy_units u ON u.id = h.unit_id
-                         WHERE h.subject_id = s.id), ''),
-               coalesce((SELECT string_agg(f.name || ' = ' || (f.value #>> '{}'), E'\\n' ORDER BY f.name)
-                         FROM subject_fields f WHERE f.subject_id = s.id AND f.name <> %s), ''),
-               (SELECT f.value #>> '{}' FROM subject_fields f WHERE f.subject_id = s.id AND f.name = %s)
-        FROM subjects s WHERE s.id = %s AND s.product = %s
-        """, [DUE_FIELD, DUE_FIELD, subject_id, MANUAL_PRODUCT]).fetchone()
+    row = tx.conn.execute(_FORMS + "s.id = %(id)s",
+                          {"due": DUE_FIELD, "product": MANUAL_PRODUCT, "id": subject_id}).fetchone()
     if row is None:
         raise NotFound(f"there is no manual subject {subject_id}")
-    return ManualSubject(kind=str(row[0]), external_id=str(row[1]), title=str(row[2]),
-                         due_on=str(row[8] or ""), time_zone=str(row[3]), status=str(row[4]),
-                         assignees=str(row[5]), hierarchy=str(row[6]), fields=str(row[7]))
+    return _form(row)
+
+
+def manual_subject_forms(tx: TenantTx, keys: list[tuple[str, str]]) -> dict[tuple[str, str], ManualSubject]:
+    """The manual subjects of these (kind, external id), as their forms show them."""
+    rows = tx.conn.execute(
+        _FORMS + "(s.kind, s.external_id) IN (SELECT * FROM unnest(%(kinds)s::text[], %(ids)s::text[]))",
+        {"due": DUE_FIELD, "product": MANUAL_PRODUCT, "kinds": [k for k, _ in keys],
+         "ids": [i for _, i in keys]}).fetchall()
+    return {(str(r[1]), str(r[2])): _form(r) for r in rows}
 
 
 def _before(tx: TenantTx, subject_id: int) -> ManualSubject:

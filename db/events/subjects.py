@@ -21,7 +21,7 @@ from psycopg.rows import tuple_row
 from db.rules.moved_due_dates import cancel_moved_due_dates
 from domain.events.intake import EventIn, InvalidEvents, JsonValue, Problem, SubjectState, apply_event
 
-__all__ = ["Cursor", "Placed", "SubjectKey", "json_rows", "schema_sql", "update_register"]
+__all__ = ["Cursor", "Placed", "SubjectKey", "check_events", "json_rows", "schema_sql", "update_register"]
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 SubjectKey = tuple[str, str, str]  # (product, kind, external_id)
@@ -97,6 +97,12 @@ def _check(events: Sequence[EventIn], prefixes: Sequence[str], known: _Known) ->
                                         f"no {level} unit with code {code!r} in this tenant"))
     if problems:
         raise InvalidEvents(problems)
+
+
+def check_events(cur: Cursor, schema: str, events: Sequence[EventIn], prefixes: Sequence[str]) -> None:
+    """The register's checks of update_register alone (unknown products, kinds, triggers,
+    assignees, hierarchy units), nothing written: InvalidEvents naming each path."""
+    _check(events, prefixes, _look_up(cur, schema, events))
 
 
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -235,6 +235,7 @@ class Attempt:
     decision: str | None  # a person's decision after its unknown outcome: send_again, mark_delivered
     decided_by: str | None
     decided_at: datetime | None
+    template_fallback: str | None = None  # sent with the shipped copy: why the tenant's template failed
 
 
 def attempts_for(tx: TenantTx, ledger_ids: list[int]) -> dict[int, list[Attempt]]:
@@ -247,7 +248,7 @@ def attempts_for(tx: TenantTx, ledger_ids: list[int]) -> dict[int, list[Attempt]
             SELECT n.ledger_id, d.id AS delivery_id, u.email AS recipient, d.channel,
                    d.status AS delivery_status, a.attempt_no, a.started_at, a.ended_at,
                    a.outcome, coalesce(a.error, CASE WHEN a.id IS NULL THEN d.last_error END) AS error,
-                   a.unknown_at, r.decision, r.decided_by, r.decided_at
+                   a.unknown_at, r.decision, r.decided_by, r.decided_at, d.template_fallback
             FROM notifications n
             JOIN notification_deliveries d ON d.notification_id = n.id
             JOIN users u ON u.id = n.recipient_user_id

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from db.delivery.chat_deliveries import queue_chat_deliveries
+from db.delivery.sms_deliveries import queue_notice_sms
 from db.delivery.webhook_deliveries import queue_notice_webhooks
 from db.people.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.platform.effects import AnnounceInbox
@@ -100,7 +102,7 @@ SELECT DISTINCT 'claim', ledger_id FROM notified
 
 def write_notices(
     tx: TenantTx, statement: str, params: dict[str, object], *, category: str, now: datetime | None,
-    critical: bool = False, in_app: bool = True, email: bool = True,
+    critical: bool = False, in_app: bool = True, email: bool = True, chat: tuple[str, ...] = (),
 ) -> NoticesWritten:
     """Run a notify_statement with the parameters every caller shares; record the users
     whose inbox gained a row for the live push once ``tx`` commits."""
@@ -122,7 +124,12 @@ def write_notices(
     if users:
         tx.after_commit(AnnounceInbox(users))
     # The tenant's own systems hear of each claim whose notices were just written (webhooks).
-    queue_notice_webhooks(tx, sorted({int(str(r[1])) for r in rows if r[0] == "claim"}))
+    claims = sorted({int(str(r[1])) for r in rows if r[0] == "claim"})
+    queue_notice_webhooks(tx, claims)
+    # Slack and Teams, when the rule names them (``chat``) and the tenant enabled them.
+    queue_chat_deliveries(tx, claims, list(chat), category=category, critical=critical, now=now)
+    # Texts to those who turned SMS on for the category (decided again when each is claimed).
+    queue_notice_sms(tx, claims)
     return NoticesWritten(users, sorted(int(str(r[1])) for r in rows if r[0] == "email"))
 
 

@@ -243,6 +243,7 @@ def _prepare(tx: TenantTx, claim: _Claim, definition: object, facts: dict[str, o
          "data": json.dumps(data)},
         category=category, now=now, critical=critical,
         in_app="in_app" in channels, email="email" in channels,
+        chat=tuple(str(c) for c in channels if c in ("slack", "teams")),
     )
     return len(written.inbox_users), written.emails_due
 

@@ -27,8 +27,10 @@ __all__ = [
     "Effect",
     "PrepareClaims",
     "PublishAlerts",
+    "SendChats",
     "SendCheckpointEmails",
     "SendEmails",
+    "SendSms",
     "SendWebhooks",
     "WakeRelay",
     "carry_out",
@@ -98,6 +100,16 @@ class PublishAlerts(Collected):
 
 
 @dataclass
+class SendSms(Collected):
+    """SMS deliveries marked enqueued in the transaction, for the SMS workers."""
+
+    delivery_ids: list[int] = field(default_factory=list)
+
+    def absorb(self, other: SendSms) -> None:
+        self.delivery_ids.extend(other.delivery_ids)
+
+
+@dataclass
 class SendWebhooks(Collected):
     """Webhook deliveries due now, for the webhook workers (actors/webhooks.py)."""
 
@@ -116,6 +128,16 @@ class SendCheckpointEmails(Collected):
 
     def absorb(self, other: SendCheckpointEmails) -> None:
         self.checkpoint_ids.extend(other.checkpoint_ids)
+
+
+@dataclass
+class SendChats(Collected):
+    """Slack and Teams deliveries due now, for the chat workers (actors/chat.py)."""
+
+    delivery_ids: list[int] = field(default_factory=list)
+
+    def absorb(self, other: SendChats) -> None:
+        self.delivery_ids.extend(other.delivery_ids)
 
 
 Effect = Collected | Callable[[], None]

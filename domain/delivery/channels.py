@@ -30,12 +30,17 @@ class Channel(StrEnum):
     EMAIL = "email"
     IN_APP = "in_app"
     WEBHOOK = "webhook"  # the tenant's own systems (an endpoint, not a person)
+    SLACK = "slack"  # a Slack incoming-webhook URL (the tenant's channel, or a person's own)
+    TEAMS = "teams"  # a Microsoft Teams incoming-webhook URL (likewise)
+    SMS = "sms"  # a text to the person's mobile number, through AWS SNS
 
 
 class AddressKind(StrEnum):
     EMAIL_ADDRESS = "email_address"  # the recipient's address, checked against suppressions
     INBOX = "inbox"  # the recipient's portal inbox: no address
     HTTPS_URL = "https_url"  # an endpoint URL, checked by the SSRF guard before each call
+    CHAT_WEBHOOK_URL = "chat_webhook_url"  # an incoming-webhook URL, SSRF-guarded like HTTPS_URL
+    PHONE_NUMBER = "phone_number"  # E.164, checked against the STOP list and SNS's opt-outs
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,18 @@ CHANNELS: dict[Channel, ChannelSpec] = {
     Channel.WEBHOOK: ChannelSpec(Channel.WEBHOOK, AddressKind.HTTPS_URL, None,
                                  receiver_dedupes=True, has_provider_call=True,
                                  respects_quiet_hours=False),
+    # Slack allows one message per second per incoming webhook (short bursts tolerated).
+    Channel.SLACK: ChannelSpec(Channel.SLACK, AddressKind.CHAT_WEBHOOK_URL, 1.0,
+                               receiver_dedupes=False, has_provider_call=True,
+                               respects_quiet_hours=True),
+    # Teams' connectors throttle at about four requests per second per webhook.
+    Channel.TEAMS: ChannelSpec(Channel.TEAMS, AddressKind.CHAT_WEBHOOK_URL, 4.0,
+                               receiver_dedupes=False, has_provider_call=True,
+                               respects_quiet_hours=True),
+    # SNS's default account limit is 20 texts per second; a repeat cannot be recognised.
+    Channel.SMS: ChannelSpec(Channel.SMS, AddressKind.PHONE_NUMBER, 20.0,
+                             receiver_dedupes=False, has_provider_call=True,
+                             respects_quiet_hours=True),
 }
 
 

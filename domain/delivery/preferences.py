@@ -15,6 +15,7 @@ from domain.errors import InvalidInput
 
 __all__ = [
     "CATEGORIES",
+    "CHAT_OPTED_OUT",
     "DIGEST_PERIOD",
     "MAX_LOCK_REASON",
     "OPTED_OUT",
@@ -27,8 +28,10 @@ __all__ = [
     "SendCheck",
     "Source",
     "TenantDefault",
+    "chat_decision",
     "email_decision",
     "resolve",
+    "resolve_channel_choice",
     "valid_category",
     "valid_frequency",
     "valid_lock_reason",
@@ -157,6 +160,36 @@ def email_decision(resolved: Resolved, quiet_end: datetime | None) -> SendCheck:
     if preference.frequency in DIGEST_PERIOD:
         return SendCheck.batch(DIGEST_PERIOD[preference.frequency])
     if quiet_end is not None and not resolved.critical:
+        return SendCheck.defer(quiet_end)
+    return SendCheck.send()
+
+
+# Channels beyond email and the inbox (Slack, Teams) are chosen per (user, category) as
+# on/off, resolved in the same order as the Preference: a locked tenant default, the user's
+# choice, the tenant's default, the product default (on: the person gave the channel's URL
+# to be told there). The SQL twin is db/delivery/chat_deliveries.py's _CHOICE.
+CHAT_OPTED_OUT = "recipient turned this channel off for this category"
+
+
+def resolve_channel_choice(user: bool | None, tenant: bool | None, *, locked: bool,
+                           product_default: bool = True) -> bool:
+    """Whether one (user, category) wants a chat channel."""
+    if locked:
+        return product_default if tenant is None else tenant
+    if user is not None:
+        return user
+    if tenant is not None:
+        return tenant
+    return product_default
+
+
+def chat_decision(wanted: bool, quiet_end: datetime | None, critical: bool) -> SendCheck:
+    """A person's chat message, like an instant email: cancelled when they turned the
+    channel off for the category, deferred to the end of their quiet hours unless the
+    notice is critical, sent otherwise. (No digests: a chat message is one notice.)"""
+    if not wanted:
+        return SendCheck.cancel(CHAT_OPTED_OUT)
+    if quiet_end is not None and not critical:
         return SendCheck.defer(quiet_end)
     return SendCheck.send()
 

@@ -65,7 +65,9 @@ __all__ = [
 ]
 
 KINDS = ("created", "updated", "time")
-CHANNELS = ("email", "in_app")
+CHANNELS = ("email", "in_app",
+            "slack", "teams",  # sent only where the tenant enabled them (db/delivery/chat_channels.py)
+            )
 CATEGORIES = ("case_alert", "case_update")  # of event rules
 TIME_CATEGORIES = ("obligation_due", "case_alert", "case_update")
 TIME_CATEGORY = "obligation_due"  # a time rule's category when it names none

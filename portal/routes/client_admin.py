@@ -66,8 +66,10 @@ DONE = {
     "created": "Client added. Its licence reminders follow the expiry date from now on.",
     "details": "Details saved.",
     "expiry": "Expiry date changed. Reminders still waiting for the old date were cancelled.",
-    "archived": "Client archived: it is off the list and receives no licence reminders until restored.",
-    "restored": "Client restored: its licence reminders follow its expiry date again.",
+    "archived": "Client archived: it is off the list and receives no licence reminders until restored. "
+                "Its users were signed out and cannot sign in until then.",
+    "restored": "Client restored: its licence reminders follow its expiry date again, and its users "
+                "can sign in again.",
     "invited": f"Invitation sent. It works once, for {INVITATION_DAYS} days.",
     "deactivated": "Account deactivated: they can no longer sign in or receive notices.",
 }
@@ -221,10 +223,23 @@ class VersionForm:
     version: str = ""
 
 
-@post("/clients/{client_id:int}/archive", sync_to_thread=True)
-def archive(viewer: CurrentViewer, client_id: FromPath[int],
-            data: Annotated[VersionForm, Form]) -> Template | Redirect:
-    return _archive_move(viewer, client_id, data, archive_client, "archived")
+@post("/clients/{client_id:int}/archive")
+async def archive(request: Request[Any, Any, Any], viewer: CurrentViewer, client_id: FromPath[int],
+                  data: Annotated[VersionForm, Form]) -> Template | Redirect:
+    """Archived, the client's users can no longer sign in (portal.auth.sign_in), and their
+    sessions end now, on every device; restoring the client lets them sign in again."""
+    answer = await anyio.to_thread.run_sync(_archive_move, viewer, client_id, data, archive_client,
+                                            "archived")
+    if isinstance(answer, Redirect):
+        store = session_store(request)
+        for user_id in await anyio.to_thread.run_sync(_client_user_ids, viewer, client_id):
+            await store.end_all(viewer.tenant.slug, user_id)
+    return answer
+
+
+def _client_user_ids(viewer: Viewer, client_id: int) -> list[int]:
+    with tenant_tx(viewer.tenant.slug) as tx:
+        return [user.id for user in client_users(tx, client_id)]
 
 
 @post("/clients/{client_id:int}/restore", sync_to_thread=True)

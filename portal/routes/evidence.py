@@ -13,6 +13,7 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Stream, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 
+from db.delivery.email_templates import templates_fallen_back
 from db.delivery.inbox import unread_count
 from db.delivery.reviews import Decision, decide_held_delivery, reviews_of
 from db.evidence.ledger_view import (
@@ -162,13 +163,15 @@ def needs_attention(
         reviews = reviews_of(tx, [d.delivery_id for d in troubled])
         unprepared = failed_preparations(tx)
         defaulted = defaulted_notices(tx)
+        fallen_back = templates_fallen_back(tx)
         unread = unread_count(tx, viewer.user.id)
         liveness = tenant_liveness(last_runs(tx), settings.sweep_interval_seconds)
     return Template(
         "attention.html",
         context={"viewer": viewer, "unread": unread, "section": "evidence", "stuck": stuck,
                  "troubled": troubled, "reviews": reviews, "unprepared": unprepared,
-                 "defaulted": defaulted, "liveness": liveness, "notice": DECIDED.get(done or ""),
+                 "defaulted": defaulted, "fallen_back": fallen_back, "liveness": liveness,
+                 "notice": DECIDED.get(done or ""),
                  "policy": viewer.tenant.unknown_outcome_policy},
     )
 

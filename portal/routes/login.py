@@ -15,6 +15,7 @@ from litestar.response import Redirect, Template
 from litestar.status_codes import (
     HTTP_303_SEE_OTHER,
     HTTP_400_BAD_REQUEST,
+    HTTP_403_FORBIDDEN,
     HTTP_429_TOO_MANY_REQUESTS,
 )
 
@@ -23,11 +24,12 @@ from db.people.users import get_user
 from db.platform.tenancy import tenant_tx
 from domain.audit import Actor, ActorKind
 from domain.errors import InvalidInput, NotFound
-from portal.auth import PUBLIC, request_address, safe_next, sign_in
+from portal.auth import PUBLIC, ClientArchived, request_address, safe_next, sign_in
 from portal.ratelimit import LoginThrottle, PasswordChecks
 from portal.sessions import end_session, session_identity, session_store, start_session
 
 __all__ = [
+    "CLIENT_ARCHIVED",
     "CSRF_COOKIE",
     "FIELD_MAX_LENGTH",
     "WRONG_CREDENTIALS",
@@ -42,6 +44,11 @@ CSRF_COOKIE = "tocsin_csrf"  # the name portal.app gives Litestar's CSRF cookie
 
 WRONG_CREDENTIALS = (
     "The email or password is wrong. Check them, and your organisation name, and try again."
+)
+# Said only to someone who typed the right password: it tells nothing to a guesser.
+CLIENT_ARCHIVED = (
+    "Your organisation's access to this portal has been archived, so you cannot sign in. "
+    "If you think this is a mistake, ask the people who manage your account to restore it."
 )
 FIELD_MAX_LENGTH = 1024  # characters; anything longer is not a real login
 
@@ -108,6 +115,14 @@ def login(
     try:
         with checks.turn():
             viewer = sign_in(data.organisation, data.email, data.password)
+    except ClientArchived as archived:
+        # The right password: not a failed attempt, yet no session.
+        throttle.record_success(data.organisation, data.email, address)
+        refused = archived.viewer
+        record_audit_alone(refused.tenant.slug, "sign_in.refused", "user", refused.user.id,
+                           actor=Actor.user(refused.user.id, refused.user.email, address),
+                           after={"email": refused.user.email, "reason": "client archived"})
+        return _login_page(data, error=CLIENT_ARCHIVED, status=HTTP_403_FORBIDDEN)
     except Exception:
         # No verdict on the password (too busy, the database failed): not held against anyone.
         throttle.refund(data.organisation, data.email, address)

@@ -44,6 +44,7 @@ from domain.errors import InvalidInput, NotFound
 from domain.people.identity import WHOLE_NUMBER, Role
 from domain.people.locales import LOCALE_NAMES
 from portal.auth import CurrentViewer, Viewer
+from portal.routes.chat import defaults_page_context, preference_centre_context
 from tocsin.core.clock import utcnow
 
 __all__ = [
@@ -129,8 +130,9 @@ def preference_centre(viewer: CurrentViewer) -> Template:
         schedule = delivery_schedule(tx, viewer.user.id)
         unread = unread_count(tx, viewer.user.id)
         language = email_language(tx, viewer.user.id)
+        chat = preference_centre_context(tx, viewer.user.id)
     context = _common(viewer) | {"rows": rows, "schedule": _schedule_context(schedule), "unread": unread,
-                                 "language": language or "", "languages": LOCALE_NAMES}
+                                 "language": language or "", "languages": LOCALE_NAMES} | chat
     return Template("preferences.html", context=context)
 
 
@@ -241,8 +243,9 @@ def tenant_defaults(viewer: CurrentViewer) -> Template:
     with tenant_tx(viewer.tenant.slug) as tx:
         defaults = category_defaults(tx)
         unread = unread_count(tx, viewer.user.id)
+        chat = defaults_page_context(tx)
     return Template("preference_defaults.html",
-                    context=_common(viewer) | {"defaults": defaults, "unread": unread})
+                    context=_common(viewer) | {"defaults": defaults, "unread": unread} | chat)
 
 
 @post("/preferences/defaults/{category:str}", sync_to_thread=True, status_code=HTTP_200_OK)

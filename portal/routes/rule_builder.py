@@ -17,6 +17,7 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Response, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_422_UNPROCESSABLE_ENTITY
 
+from db.delivery.chat_channels import enabled_chat_channels
 from db.events.products import Product, list_products
 from db.platform.tenancy import TenantTx, tenant_tx
 from db.rules.definitions import Rule, create_rule, get_rule, update_rule
@@ -194,13 +195,21 @@ def builder_context(tx: TenantTx, viewer: Viewer, form: RuleForm, *, rule: Rule 
         "errors": ErrorIndex(errors or []), "notice": SAVED.get(saved or ""),
         "subjects": recent_subjects(tx, vocabulary.product.code), "kinds": _kinds(),
         "kind_labels": KIND_LABELS,
-        "categories": TIME_CATEGORIES if form.kind == "time" else CATEGORIES, "channels": CHANNELS,
+        "categories": TIME_CATEGORIES if form.kind == "time" else CATEGORIES,
+        "channels": _offered_channels(tx, form.channels),
         "recipient_types": RECIPIENT_TYPES, "recipient_labels": RECIPIENT_LABELS,
         "turnaround_after": TURNAROUND_AFTER, "row_id": _row_id, "enable_now": enable_now}
 
 
 def _kinds() -> tuple[str, ...]:
     return tuple(KINDS)
+
+
+def _offered_channels(tx: TenantTx, chosen: list[str]) -> list[str]:
+    """The channels a rule may name here: email and the inbox always, Slack and Teams once
+    the tenant enabled them (and any the rule names already, so that editing keeps them)."""
+    enabled = {str(c) for c in enabled_chat_channels(tx)}
+    return [c for c in CHANNELS if c in ("email", "in_app") or c in enabled or c in chosen]
 
 
 def _row_id() -> str:

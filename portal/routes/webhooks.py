@@ -30,6 +30,7 @@ from db.platform.tenancy import tenant_tx
 from domain.delivery.webhooks import EVENT_KINDS, TEST_EVENT
 from domain.errors import Forbidden, InvalidInput
 from portal.auth import CurrentViewer, Viewer
+from portal.routes.chat import channels_page_context
 from portal.settings import app_settings
 from tocsin.core.clock import utcnow
 
@@ -83,14 +84,17 @@ def webhooks(request: HTMXRequest, viewer: CurrentViewer,
 
 
 @get("/channels", sync_to_thread=True)
-def channels(viewer: CurrentViewer) -> Template:
-    """Every channel with its health: what it delivered and failed in 24 hours, what waits."""
+def channels(viewer: CurrentViewer,
+             done: Annotated[str | None, QueryParameter(max_length=20)] = None) -> Template:
+    """Every channel with its health: what it delivered and failed in 24 hours, what waits;
+    Slack and Teams with their switch, channel URL and breaker (portal/routes/chat.py)."""
     _admin(viewer)
     with tenant_tx(viewer.tenant.slug) as tx:
         health = channel_health(tx)
+        chat = channels_page_context(tx)
         unread = unread_count(tx, viewer.user.id)
     return Template("channels.html", context={"viewer": viewer, "unread": unread, "section": "webhooks",
-                                              "channels": health})
+                                              "channels": health, "done": done, **chat})
 
 
 @get("/webhooks/{endpoint_id:int}", sync_to_thread=True)

@@ -1,6 +1,8 @@
 """The administrators' new pages in a real browser, on a desktop and on a phone: adding a
-client and managing it (details, licence date with a reason, its users), and the audit log
-that records each of those changes. Screenshots land in test-artifacts/ (admin-*.png)."""
+client and managing it (details, licence date with a reason, its users), the audit log that
+records each of those changes, and the CSV imports of clients and of subjects (an import
+interrupted by the death of its process among them). Screenshots land in test-artifacts/
+(admin-*.png)."""
 
 from __future__ import annotations
 
@@ -127,4 +129,46 @@ def test_an_administrator_imports_clients_from_a_csv_file_with_a_report_per_row(
     page.get_by_role("button", name="Import the valid rows only").click()
     expect(page.get_by_text("40 created, 0 updated, 0 unchanged")).to_be_visible()
     page.screenshot(path=artifacts / f"admin-import-done-{name}.png", full_page=True)
+    assert errors == []
+
+
+@pytest.mark.parametrize(("name", "viewport"), [("desktop", DESKTOP), ("phone", PHONE)])
+def test_an_administrator_imports_subjects_and_resumes_an_interrupted_import(
+    browser: Browser, portal_url: str, tenant: Tenant, artifacts: Path, name: str,
+    viewport: ViewportSize,
+) -> None:
+    with tenant_tx(tenant.slug) as tx:
+        create_user(tx, ADMIN, Role.ADMIN, PASSWORD, display_name="Sam Admin")
+    csv_file = artifacts / f"subjects-{name}.csv"
+    lines = ["kind,external_id,title,due_on,assignees,fields"]
+    lines += [f"permit,P-{n:03d},Permit {n},2031-0{1 + n % 9}-15,{ADMIN},site = Site {n}"
+              for n in range(1, 31)]
+    lines += ["permit,P-031,Permit 31,15/01/2031,,", "Permit!,P-032,Permit 32,2031-01-15,,",
+              "permit,P-033,Permit 33,2031-01-15,nobody@nowhere.example,"]
+    csv_file.write_text("\r\n".join(lines) + "\r\n")
+    page, errors = open_page(browser, viewport)
+    sign_in(page, portal_url, tenant, ADMIN, PASSWORD)
+    expect(page.get_by_role("heading", name="Inbox")).to_be_visible()
+    page.goto(f"{portal_url}/subjects")
+    page.get_by_role("link", name="Import CSV").click()
+    expect(page.get_by_role("heading", name="Import subjects")).to_be_visible()
+    page.screenshot(path=artifacts / f"admin-subject-import-{name}.png", full_page=True)
+    page.get_by_label("CSV file").set_input_files(str(csv_file))
+    page.get_by_role("button", name="Check the file").click()
+    expect(page.get_by_text("33 row(s): 30 valid, 3 problem(s)")).to_be_visible()
+    problem = page.get_by_role("row").filter(has_text="Line 34").filter(has_text="no active user")
+    expect(problem).to_have_count(1)
+    page.screenshot(path=artifacts / f"admin-subject-import-report-{name}.png", full_page=True)
+
+    # The web process running it dies: claimed, never run, its lease lapsed.
+    import_id = int(page.url.rsplit("/", 1)[1])
+    with tenant_tx(tenant.slug) as tx:
+        tx.conn.execute("UPDATE imports SET stage = 'running', mode = 'valid_only', attempt = 1, "
+                        "lease_until = now() - interval '1 minute' WHERE id = %s", [import_id])
+    page.reload()
+    expect(page.get_by_role("heading", name="Interrupted")).to_be_visible()
+    page.screenshot(path=artifacts / f"admin-subject-import-interrupted-{name}.png", full_page=True)
+    page.get_by_role("button", name="Resume the import").click()
+    expect(page.get_by_text("30 created, 0 updated, 0 unchanged")).to_be_visible()
+    page.screenshot(path=artifacts / f"admin-subject-import-done-{name}.png", full_page=True)
     assert errors == []

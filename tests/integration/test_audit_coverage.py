@@ -50,6 +50,9 @@ NOT_AUDITED = {
     "POST /rules/builder/refresh": "re-renders the rule builder's form; writes nothing",
     "POST /rules/preview": "renders a template preview; writes nothing",
     "POST /settings/brand/preview": "renders the branding page's email preview; writes nothing",
+    "POST /settings/email-templates/{kind:str}/{locale:str}/preview":
+        "renders the template editor's preview; keeps the editing admin's own draft for the "
+        "preview frames, which nobody else ever receives",
 }
 
 
@@ -79,6 +82,12 @@ class World:
                                 follow_redirects=False).status_code
 
 
+def _stop_texts(world: World) -> int:
+    token = world.as_admin()
+    world.post("/preferences/texts/phone", token, phone="+44 7400 123456")
+    return world.post("/preferences/texts/stop", token, sms="on")
+
+
 def hold_a_delivery(world: World) -> int:
     """The client user's d7 reminder, held for review as the sweep leaves it under hold."""
     delivery_id = int(scalar(world.tenant,
@@ -103,21 +112,42 @@ def _invite_and_join(w: World) -> None:
     assert w.post(f"{href}/join", token, password=PASSWORD, confirm=PASSWORD) == 303
 
 
-def _upload(w: World) -> str:
-    answer = w.portal.post("/clients/import", data={"_csrf_token": w.as_admin()},
-                           files={"file": ("c.csv", b"external_id,name,expires_on\r\nA-1,Acme,2031-01-01\r\n",
-                                           "text/csv")}, follow_redirects=False)
+IMPORT_FILES = {"/clients/import": b"external_id,name,expires_on\r\nA-1,Acme,2031-01-01\r\n",
+                "/subjects/import": b"kind,external_id,title\r\npermit,P-1,Permit\r\n"}
+
+
+def _upload(w: World, base: str = "/clients/import") -> str:
+    answer = w.portal.post(base, data={"_csrf_token": w.as_admin()},
+                           files={"file": ("c.csv", IMPORT_FILES[base], "text/csv")}, follow_redirects=False)
     assert answer.status_code == 303, answer.text
     return str(answer.headers["location"])
 
 
-def _import_run(w: World) -> None:
+def _import_run(w: World, base: str = "/clients/import") -> None:
     from tests.integration.conftest import wait_until
 
-    report = _upload(w)
+    report = _upload(w, base)
     assert w.post(f"{report}/run", w.as_admin(), mode="all") == 303
     wait_until(lambda: scalar(w.tenant, "SELECT stage FROM imports ORDER BY id DESC LIMIT 1") == "done",
                "the import")
+
+
+def _interrupted_import(w: World, base: str, action: str) -> None:
+    """An import claimed by a process that died (its lease expired), resumed or restarted."""
+    from datetime import timedelta
+
+    from db.platform.imports import LEASE, start_import
+    from tests.integration.conftest import wait_until
+    from tocsin.core.clock import pinned, utcnow
+
+    report = _upload(w, base)
+    import_id = int(report.rsplit("/", 1)[1])
+    with tenant_tx(w.tenant.slug) as tx:
+        start_import(tx, import_id, base.split("/")[1], "all")
+    with pinned(utcnow() + LEASE + timedelta(seconds=1)):
+        assert w.post(f"{report}/{action}", w.as_admin()) == 303
+        wait_until(lambda: scalar(w.tenant, "SELECT stage FROM imports WHERE id = %s", import_id)
+                   in ("done", "validated"), "the import")
 
 
 def _manual_subject(w: World) -> int:
@@ -158,6 +188,13 @@ def _webhook(w: World) -> int:
                                allow_private=False).id
 
 
+def _slack_on(w: World) -> str:
+    """Slack turned on for the tenant (the chat choices offer only enabled channels)."""
+    token = w.as_admin()
+    assert w.post("/channels/slack", token, enabled="on") == 303
+    return token
+
+
 def _redeliver_webhook(w: World) -> int:
     """A test event cancelled by a disabling, the endpoint enabled again, then redelivered."""
     endpoint_id = _webhook(w)
@@ -170,6 +207,18 @@ def _redeliver_webhook(w: World) -> int:
 
 SVG_LOGO = (b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10">'
             b'<rect width="10" height="10" fill="#1d4ed8"/></svg>')
+
+
+TEMPLATE = "/settings/email-templates/licence_reminder/en"
+TEMPLATE_FORM = {"subject": "{{ client.name }}: renew", "preheader": "{{ default.preheader }}",
+                 "body": "{{ default.body }}"}
+
+
+def _restore_template(w: World) -> int:
+    token = w.as_admin()
+    assert w.post(TEMPLATE, token, **TEMPLATE_FORM) == 303
+    assert w.post(TEMPLATE, token, **{**TEMPLATE_FORM, "subject": "Renew"}) == 303
+    return w.post(f"{TEMPLATE}/versions/1/restore", token)
 
 
 def _upload_logo(w: World) -> int:
@@ -228,6 +277,18 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
                          email="on", frequency="instant"),
         "settings.category_default"),
     "GET, POST /unsubscribe/{token:str}": (_unsubscribe, "preference.save"),
+    "POST /channels/{channel:str}": (
+        lambda w: w.post("/channels/slack", w.as_admin(), enabled="on",
+                         webhook_url="https://hooks.slack.com/services/T0/B0/x"), "chat_channel.save"),
+    "POST /preferences/chat/{channel:str}": (
+        lambda w: w.post("/preferences/chat/slack", _slack_on(w),
+                         webhook_url="https://hooks.slack.com/services/T0/B0/own"),
+        "preference.chat_address"),
+    "POST /preferences/categories/{category:str}/chat": (
+        lambda w: w.post("/preferences/categories/case_alert/chat", _slack_on(w)), "preference.chat"),
+    "POST /preferences/defaults/{category:str}/chat": (
+        lambda w: w.post("/preferences/defaults/case_alert/chat", _slack_on(w), slack="on"),
+        "settings.chat_default"),
     "POST /api-keys/new": (lambda w: w.post("/api-keys/new", w.as_admin(), label="Case system"),
                            "api_key.create"),
     "POST /api-keys/{key_id:int}/revoke": (
@@ -292,12 +353,38 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
         lambda w: w.post(f"/subjects/{_manual_subject(w)}/close", w.as_admin()), "subject.close"),
     "POST /clients/import": (lambda w: _upload(w), "client_import.upload"),
     "POST /clients/import/{import_id:int}/run": (_import_run, "client.import"),
+    "POST /clients/import/{import_id:int}/resume": (
+        lambda w: _interrupted_import(w, "/clients/import", "resume"), "import.resume"),
+    "POST /clients/import/{import_id:int}/restart": (
+        lambda w: _interrupted_import(w, "/clients/import", "restart"), "import.restart"),
+    "POST /subjects/import": (lambda w: _upload(w, "/subjects/import"), "subject_import.upload"),
+    "POST /subjects/import/{import_id:int}/run": (
+        lambda w: _import_run(w, "/subjects/import"), "subject.import"),
+    "POST /subjects/import/{import_id:int}/resume": (
+        lambda w: _interrupted_import(w, "/subjects/import", "resume"), "import.resume"),
+    "POST /subjects/import/{import_id:int}/restart": (
+        lambda w: _interrupted_import(w, "/subjects/import", "restart"), "import.restart"),
     "POST /settings/brand": (
         lambda w: w.post("/settings/brand", w.as_admin(), display_name="Acme Compliance",
                          colour="#1d4ed8", footer="1 Main Street, Springfield"), "settings.brand"),
     "POST /settings/brand/logo": (_upload_logo, "settings.brand_logo"),
+    "POST /settings/email-templates/{kind:str}/{locale:str}": (
+        lambda w: w.post(TEMPLATE, w.as_admin(), **TEMPLATE_FORM), "email_template.save"),
+    "POST /settings/email-templates/{kind:str}/{locale:str}/test": (
+        lambda w: w.post(f"{TEMPLATE}/test", w.as_admin(), **TEMPLATE_FORM), "email_template.test"),
+    "POST /settings/email-templates/{kind:str}/{locale:str}/versions/{version:int}/restore": (
+        _restore_template, "email_template.restore"),
     "POST /preferences/language": (
         lambda w: w.post("/preferences/language", w.as_admin(), locale="de"), "preference.language"),
+    "POST /preferences/texts/phone": (
+        lambda w: w.post("/preferences/texts/phone", w.as_admin(), phone="+44 7400 123456"), "sms.phone"),
+    "POST /preferences/texts/category": (
+        lambda w: w.post("/preferences/texts/category", w.as_admin(), category="report_ready", sms="on"),
+        "sms.category"),
+    "POST /preferences/texts/stop": (_stop_texts, "sms.stop"),
+    "POST /channels/email-failover": (
+        lambda w: w.post("/channels/email-failover", w.as_admin(), on_5xx="on", run_of_5xx="3",
+                         throttled_minutes="15"), "email_failover.save"),
     "POST /api/v1/events": (lambda w: _events(w, "/api/v1/events", case_event()), "events.record"),
     "POST /api/v1/events/batch": (
         lambda w: _events(w, "/api/v1/events/batch", {"events": [case_event("C-1"), case_event("C-2")]}),

@@ -10,12 +10,15 @@ import re
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
+import redis
+from litestar.testing import TestClient
 
 from db.notices.licence_scan import claim_due_milestones
 from db.people.clients import get_client, license_events
 from db.people.users import create_user
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.people.identity import Role
+from portal.sessions import SESSION_COOKIE
 from tests.integration.builders import delivery_statuses, scalar
 from tests.integration.conftest import new_tenant, remove_tenant
 from tests.integration.portal_support import (
@@ -24,8 +27,12 @@ from tests.integration.portal_support import (
     PortalClient,
     csrf_token,
     local_today,
+    sign_in,
     signed_in,
 )
+from tests.integration.test_session_hardening import _key as session_key
+from tocsin.boot.web import build_app
+from tocsin.core.settings import load_settings
 
 
 def version(people: People, client_id: int | None = None) -> str:
@@ -155,6 +162,41 @@ def test_an_archived_client_leaves_the_list_and_the_scan_until_restored(
     with tenant_tx(people.tenant.slug) as tx:
         assert claim_due_milestones(tx, datetime.now(UTC)).claimed == 1  # its d1 reminder
     assert "Northwind Analytics" in portal.get("/clients").text
+
+
+def test_an_archived_clients_users_are_signed_out_and_refused_until_it_is_restored(
+    portal: PortalClient, people: People
+) -> None:
+    store = redis.Redis.from_url(load_settings().redis_url)
+    try:
+        with TestClient(app=build_app()) as theirs:
+            assert sign_in(theirs, people.tenant.slug, people.client_user.email).status_code == 303
+            their_key = session_key(theirs)
+            assert theirs.get("/", follow_redirects=False).status_code == 200
+            html = signed_in(portal, people, people.admin)
+
+            status, _ = post(portal, html, f"/clients/{people.client.id}/archive", version=version(people))
+            assert status == 303
+            assert not store.exists(their_key)  # ended at once, on every device
+            assert theirs.get("/", follow_redirects=False).status_code == 303  # to the sign-in page
+            refused = sign_in(theirs, people.tenant.slug, people.client_user.email)
+            assert refused.status_code == 403 and "has been archived" in refused.text.replace("&#39;", "'")
+            assert SESSION_COOKIE not in theirs.cookies
+            # A wrong password still says only that the credentials are wrong.
+            wrong = sign_in(theirs, people.tenant.slug, people.client_user.email, "not the password")
+            assert wrong.status_code == 400 and "archived" not in wrong.text
+            assert scalar(people.tenant, "SELECT count(*) FROM audit_log WHERE action = 'sign_in.refused' "
+                          "AND after ->> 'reason' = 'client archived'") == 1
+            # Another client's user is not concerned.
+            assert sign_in(theirs, people.tenant.slug, people.other_client_user.email).status_code == 303
+            theirs.cookies.clear()
+
+            status, _ = post(portal, html, f"/clients/{people.client.id}/restore", version=version(people))
+            assert status == 303
+            assert sign_in(theirs, people.tenant.slug, people.client_user.email).status_code == 303
+            assert theirs.get("/", follow_redirects=False).status_code == 200
+    finally:
+        store.close()
 
 
 def test_an_administrator_invites_and_deactivates_a_clients_user(

@@ -2,7 +2,8 @@
 
 Every request is forwarded to the real local endpoint, except that SendEmail requests go
 through a policy that can fail them (an HTTP 503 before forwarding: nothing sent), reject
-them for good (SES's 400 MessageRejected, nothing sent), or drop
+them for good (SES's 400 MessageRejected, nothing sent), answer that sending is paused
+(400 SendingPausedException, nothing sent), or drop
 the answer (forwarded, accepted by SES, then the connection closed without a response:
 the sender cannot know), or hold the answer (forwarded and accepted, the response kept back
 until ``release()`` or ``answer_held()``, so a test can kill, freeze or cut off the sender
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
 
-Fate = Literal["pass", "fail", "reject", "drop", "hold"]
+Fate = Literal["pass", "fail", "reject", "paused", "drop", "hold"]
 SEND_PATH = "/v2/email/outbound-emails"
 
 
@@ -132,11 +133,14 @@ class FaultySes:
                     fate = record.fate
                     if outer.delay:
                         time.sleep(outer.delay)
-                if fate in ("fail", "reject"):
-                    status, error_type, payload = (
-                        (503, "ServiceUnavailable", b'{"message":"injected: service unavailable"}')
-                        if fate == "fail" else
-                        (400, "MessageRejected", b'{"message":"injected: Email address is not verified."}'))
+                if fate in ("fail", "reject", "paused"):
+                    status, error_type, payload = {
+                        "fail": (503, "ServiceUnavailable", b'{"message":"injected: service unavailable"}'),
+                        "reject": (400, "MessageRejected",
+                                   b'{"message":"injected: Email address is not verified."}'),
+                        "paused": (400, "SendingPausedException",
+                                   b'{"message":"injected: sending paused for this account"}'),
+                    }[fate]
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("x-amzn-ErrorType", error_type)

@@ -40,6 +40,14 @@ def serve_portal(log_path: Path, *, as_procfile: bool = False, **settings: str) 
     """Start the portal with these extra settings (e.g. INBOX_POLL_SECONDS="5"); the URL it
     listens on (PORTAL_URL may name another, as behind a TLS-terminating proxy). Served by
     uvicorn's factory, or with ``as_procfile`` by `tocsin web`, the Procfile's command."""
+    with portal_process(log_path, as_procfile=as_procfile, **settings) as (url, _):
+        yield url
+
+
+@contextmanager
+def portal_process(log_path: Path, *, as_procfile: bool = False,
+                   **settings: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """serve_portal, with the process itself (for a test that kills it)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PORT": str(port), "PORTAL_URL": url, **settings}
@@ -57,9 +65,10 @@ def serve_portal(log_path: Path, *, as_procfile: bool = False, **settings: str) 
                        or (_healthy(url) and listens_on(port, server.pid)), "the portal to start")
             if server.poll() is not None:
                 raise AssertionError(f"the portal exited at start-up; see {log_path}")
-            yield url
+            yield url, server
         finally:
-            server.terminate()
+            if server.poll() is None:
+                server.terminate()
             try:
                 server.wait(timeout=WAIT_LIMIT)
             except subprocess.TimeoutExpired:

@@ -26,6 +26,8 @@ MACHINE_OF_TABLE = {
     "events": "EVENT",
     "clients": "LICENCE",
     "webhook_deliveries": "WEBHOOK",
+    "chat_deliveries": "CHAT",
+    "sms_deliveries": "DELIVERY",
 }
 
 _MARK = re.compile(r"\x00(\d+)\x00")

@@ -5,17 +5,21 @@ migrate, a unit test) leaves the rows to the sweeper."""
 
 from __future__ import annotations
 
+from actors.chat import send_chats
 from actors.email import send_deliveries
 from actors.evidence import send_checkpoint_emails
 from actors.prepare import send_claims
 from actors.relay import wake
+from actors.sms import send_sms
 from actors.webhooks import send_webhooks
 from db.platform.effects import (
     AnnounceInbox,
     PrepareClaims,
     PublishAlerts,
+    SendChats,
     SendCheckpointEmails,
     SendEmails,
+    SendSms,
     SendWebhooks,
     WakeRelay,
     handle,
@@ -34,6 +38,8 @@ def install_effects(settings: Settings) -> None:
     handle(PublishAlerts, lambda slug, effect: _discard(publish_alerts(slug)))
     handle(SendWebhooks, lambda slug, effect: send_webhooks(slug, effect.delivery_ids))
     handle(SendCheckpointEmails, lambda slug, effect: send_checkpoint_emails(slug, effect.checkpoint_ids))
+    handle(SendChats, lambda slug, effect: send_chats(slug, effect.delivery_ids))
+    handle(SendSms, lambda slug, effect: send_sms(slug, effect.delivery_ids))
     if settings.events_wakeup:
         handle(WakeRelay, lambda slug, effect: wake(slug))
     else:

@@ -38,7 +38,8 @@ class ConfigError(Exception):
     """A setting is missing or malformed."""
 
 
-SECRET_FIELDS = frozenset({"aws_secret_access_key", "session_secret", "previous_session_secrets"})
+SECRET_FIELDS = frozenset({"aws_secret_access_key", "session_secret", "previous_session_secrets",
+                           "smtp_url"})
 # Published in the source: tocsin.core.keys refuses it outside the embedded services.
 DEV_SESSION_SECRET = "dev-only-session-secret-change-me"
 # Set only by the test suite: the one place a setting that weakens security may be chosen.
@@ -138,6 +139,13 @@ class Settings:
     # Hours after which a tick visits a tenant whatever the next-work summary says (the
     # full pass that checks the summary: db/platform/next_work.py).
     full_scan_hours: float = 24.0
+    # Email failover (actors/email.py): the SMTP server an email goes through when SES fails in
+    # a class the tenant chose (smtp:// with STARTTLS when offered, or smtps://); unset: none.
+    smtp_url: str | None = field(default=None, repr=False)
+    # SMS through SNS (actors/sms.py): each tenant's monthly spend cap and the price of one
+    # segment, in the same currency (USD for SNS); a text that would pass the cap is refused.
+    sms_monthly_spend_cap: float = 50.0
+    sms_price_per_segment: float = 0.01
     # Where the clock LISTENs for hosts' commits: a session of its own, which a pooler in
     # transaction mode (PgBouncer) cannot give. None: DATABASE_URL.
     database_listen_url: str | None = field(default=None, repr=False)
@@ -217,6 +225,13 @@ def _topic_arns(env: Mapping[str, str], name: str) -> frozenset[str]:
         return frozenset(valid_topic_arn(a) for a in arns)
     except InvalidInput as error:
         raise ConfigError(f"{name}: {error}") from None
+
+
+def _smtp_url(env: Mapping[str, str]) -> str | None:
+    value = (env.get("SMTP_URL") or "").strip() or None
+    if value is not None and not value.startswith(("smtp://", "smtps://")):
+        raise ConfigError("SMTP_URL must look like smtp://user:password@host:587 or smtps://host:465")
+    return value
 
 
 def _test_origin(env: Mapping[str, str], name: str) -> str | None:
@@ -378,6 +393,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         in ("1", "true", "yes", "on"),
         webhook_timeout_seconds=env_float(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0),
         webhook_retry_base_seconds=env_float(env, "WEBHOOK_RETRY_BASE_SECONDS", 10.0),
+        smtp_url=_smtp_url(env),
+        sms_monthly_spend_cap=env_float(env, "SMS_MONTHLY_SPEND_CAP", 50.0),
+        sms_price_per_segment=env_float(env, "SMS_PRICE_PER_SEGMENT", 0.01),
         full_scan_hours=env_float(env, "FULL_SCAN_HOURS", 24.0),
         database_listen_url=_database_listen_url(env),
         database_prepared_statements=_on_off(env, "DATABASE_PREPARED_STATEMENTS", True),

@@ -236,6 +236,21 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         "last (up to 2,187 times this), each wait drawn from its upper half. With 10, twelve "
         "calls span about a day.",
     ),
+    "SMTP_URL": SettingDoc(
+        "The SMTP server an email goes through when SES fails in a class the tenant chose "
+        "(`smtp://user:password@host:587`, upgraded with STARTTLS when the server offers it, or "
+        "`smtps://host:465`). `tocsin up` starts a local one (aiosmtpd) when unset; otherwise "
+        "unset means no failover.",
+        default="unset",
+    ),
+    "SMS_MONTHLY_SPEND_CAP": SettingDoc(
+        "Each tenant's SMS spend per calendar month (UTC), in the currency of "
+        "`SMS_PRICE_PER_SEGMENT`; a text that would pass it is refused with the reason recorded.",
+    ),
+    "SMS_PRICE_PER_SEGMENT": SettingDoc(
+        "The price of one SMS segment (160 GSM characters, or 70 with other characters; longer "
+        "texts are split into 153 or 67), counted against the monthly cap.",
+    ),
 }
 
 # Read by portal.settings.load_portal_settings: the web processes only.

@@ -46,6 +46,8 @@ __all__ = [
 # The preparation queues are those of the default PRODUCT_QUEUES setting; a queue of a
 # product added to that setting is judged once it holds messages.
 PRODUCT_QUEUES = ("scan", "sweep", "digest", "email", "relay", "webhooks",
+                  "chat",
+                  "sms",
                   *preparation_queues(DEFAULT_PRODUCT_QUEUES))
 CONSUMER_BEAT_SECONDS = 5.0  # seconds between two records of a worker's queues
 CONSUMER_TTL_SECONDS = 3 * CONSUMER_BEAT_SECONDS  # seconds a record lives: two beats may be missed

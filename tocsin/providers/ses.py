@@ -54,10 +54,13 @@ class Accepted:
 
 
 class ProviderError(Exception):
-    def __init__(self, error_class: ErrorClass, detail: str, request_id: str | None = None):
+    def __init__(self, error_class: ErrorClass, detail: str, request_id: str | None = None,
+                 code: str | None = None, http_status: int | None = None):
         super().__init__(detail)
         self.error_class = error_class
         self.request_id = request_id
+        self.code = code  # the provider's error code, when it answered one (email failover reads it)
+        self.http_status = http_status
 
 
 class Mailer(Protocol):
@@ -113,7 +116,8 @@ class SesMailer:
             meta = error.response.get("ResponseMetadata", {})
             error_class = classify_provider_error(info.get("Code"), meta.get("HTTPStatusCode"))
             raise ProviderError(
-                error_class, f"{info.get('Code')}: {info.get('Message')}", meta.get("RequestId")
+                error_class, f"{info.get('Code')}: {info.get('Message')}", meta.get("RequestId"),
+                code=info.get("Code"), http_status=meta.get("HTTPStatusCode"),
             ) from None
         except BotoConnectionError as error:  # never connected: nothing was sent
             raise ProviderError(ErrorClass.TRANSIENT, type(error).__name__) from None

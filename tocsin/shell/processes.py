@@ -205,6 +205,8 @@ def run_everything(start: Callable[[Settings], Settings], demo: bool | None = No
         if settings.ses_endpoint_url:
             print(f"  Sent email (local SES): {settings.ses_endpoint_url}/moto-api/data.json",
                   flush=True)
+        if services.local_maildir is not None:
+            print(f"  Failover email (local SMTP): {services.local_maildir}/new", flush=True)
         print(f"  Status:  {status_command(services.env)}", flush=True)
         # From the banner on, Ctrl-C stops the processes in order instead of interrupting
         # this one: one that comes before honcho has started is handed to it once it has.

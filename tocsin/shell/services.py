@@ -71,6 +71,7 @@ class EmbeddedServices:
     started: list[str] = field(default_factory=list)  # human-readable lines, one per service
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _postgres: Any = None
+    local_maildir: Path | None = None  # where the local SMTP server keeps what it received
 
     @property
     def started_postgres(self) -> bool:
@@ -163,6 +164,33 @@ def _start_local_aws(services: EmbeddedServices, home: Path) -> None:
     services.started.append(f"local SES/SNS endpoint at {url} (sent mail: {url}/moto-api/data.json)")
 
 
+def _start_local_smtp(services: EmbeddedServices, home: Path) -> None:
+    """The SMTP server email fails over to (aiosmtpd), keeping every message it receives as a
+    file in a Maildir under the home folder: where to read what went through SMTP."""
+    _require_embedded(importlib.util.find_spec("aiosmtpd") is not None, "SMTP_URL")
+    maildir = home / "local-mail"
+    port = free_port()
+    with (home / "local-smtp.log").open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "aiosmtpd", "-n", "-l", f"127.0.0.1:{port}",
+             "-c", "aiosmtpd.handlers.Mailbox", str(maildir)],
+            stdout=log, stderr=log, start_new_session=True,
+        )
+    services._processes.append(process)
+
+    def ready() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                return s.recv(64).startswith(b"220")
+        except OSError:
+            return False
+
+    _wait_for(ready, "the local SMTP server", process)
+    services.env["SMTP_URL"] = f"smtp://127.0.0.1:{port}"
+    services.local_maildir = maildir
+    services.started.append(f"local SMTP server at 127.0.0.1:{port} (failover mail: {maildir}/new)")
+
+
 def wants_local_aws(env: Mapping[str, str]) -> bool:
     return not any(
         env.get(name)
@@ -182,6 +210,8 @@ def start_embedded(home: Path, env: Mapping[str, str]) -> EmbeddedServices:
             _start_redis(services, home)
         if wants_local_aws(env):
             _start_local_aws(services, home)
+        if wants_local_aws(env) and not env.get("SMTP_URL"):  # beside the local SES endpoint
+            _start_local_smtp(services, home)
     except BaseException:
         services.stop()
         raise

@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from db.platform.pool import connection
+from domain.delivery.chat import CHAT
 from domain.delivery.states import DELIVERY
 from domain.delivery.webhooks import WEBHOOK
 from domain.events.states import EVENT
@@ -51,6 +52,7 @@ STATUS_MACHINES: dict[str, StateMachine] = {
     "events": EVENT,
     "clients": LICENCE,
     "webhook_deliveries": WEBHOOK,
+    "chat_deliveries": CHAT,
 }
 
 

@@ -1,0 +1,79 @@
+"""A person's texts: their mobile number (E.164), SMS on or off per category, and the STOP
+that keeps every text from their number. Each change is audited (the preference centre's
+SMS panel, portal/routes/sms.py, calls these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from db.evidence.audit import record_audit
+from db.platform.tenancy import TenantTx
+from domain.delivery.preferences import valid_category
+from tocsin.core.phone_numbers import e164
+
+__all__ = ["SmsSettings", "clear_phone", "resume_texts", "save_phone", "set_sms_category",
+           "sms_settings", "stop_texts"]
+
+
+@dataclass(frozen=True)
+class SmsSettings:
+    phone: str | None
+    categories: frozenset[str]  # texts on for these
+    stopped: bool  # the number is on the STOP list
+
+
+def sms_settings(tx: TenantTx, user_id: int) -> SmsSettings:
+    row = tx.conn.execute(
+        "SELECT p.phone, o.phone IS NOT NULL FROM sms_numbers p "
+        "LEFT JOIN sms_opt_outs o ON o.phone = p.phone WHERE p.user_id = %s", [user_id]).fetchone()
+    on = tx.conn.execute("SELECT category FROM sms_preferences WHERE user_id = %s AND sms",
+                         [user_id]).fetchall()
+    return SmsSettings(None if row is None else str(row[0]), frozenset(str(r[0]) for r in on),
+                       bool(row and row[1]))
+
+
+def save_phone(tx: TenantTx, user_id: int, typed: str) -> str:
+    """The person's mobile number, checked and kept in E.164 (InvalidInput says what is wrong)."""
+    phone = e164(typed)
+    before = sms_settings(tx, user_id).phone
+    tx.conn.execute(
+        "INSERT INTO sms_numbers (user_id, phone) VALUES (%s, %s) "
+        "ON CONFLICT (user_id) DO UPDATE SET phone = excluded.phone, updated_at = now()",
+        [user_id, phone])
+    record_audit(tx, "sms.phone", "user", user_id, before={"phone": before}, after={"phone": phone})
+    return phone
+
+
+def clear_phone(tx: TenantTx, user_id: int) -> None:
+    before = sms_settings(tx, user_id).phone
+    tx.conn.execute("DELETE FROM sms_numbers WHERE user_id = %s", [user_id])
+    record_audit(tx, "sms.phone", "user", user_id, before={"phone": before}, after={"phone": None})
+
+
+def set_sms_category(tx: TenantTx, user_id: int, category: str, on: bool) -> None:
+    valid_category(category)
+    tx.conn.execute(
+        "INSERT INTO sms_preferences (user_id, category, sms) VALUES (%s, %s, %s) "
+        "ON CONFLICT (user_id, category) DO UPDATE SET sms = excluded.sms, updated_at = now()",
+        [user_id, category, on])
+    record_audit(tx, "sms.category", "user", user_id, after={"category": category, "sms": on})
+
+
+def stop_texts(tx: TenantTx, user_id: int) -> None:
+    """STOP: the person's number joins the tenant's STOP list (no text is claimed for it)."""
+    phone = sms_settings(tx, user_id).phone
+    if phone is None:
+        return
+    tx.conn.execute("INSERT INTO sms_opt_outs (phone, source) VALUES (%s, 'person') "
+                    "ON CONFLICT (phone) DO NOTHING", [phone])
+    record_audit(tx, "sms.stop", "user", user_id, after={"stopped": True})
+
+
+def resume_texts(tx: TenantTx, user_id: int) -> None:
+    """The person takes their own STOP back (a STOP the provider reported stays: the number
+    must opt in again with the carrier)."""
+    phone = sms_settings(tx, user_id).phone
+    if phone is None:
+        return
+    tx.conn.execute("DELETE FROM sms_opt_outs WHERE phone = %s AND source = 'person'", [phone])
+    record_audit(tx, "sms.stop", "user", user_id, after={"stopped": False})
