@@ -1,10 +1,10 @@
 """Per-tenant retention of message bodies and addresses (Settings, Evidence; db/evidence/settings.py).
 
 Each pass blanks, in what is older than the organisation's retention, the text a person could
-be named in: the inbox notifications' titles, bodies and data, the provider's and the
-receivers' answers and error texts, the payloads sent to webhooks, and the address a
-checkpoint was emailed to. It keeps every date, status, id and outcome: what happened, when,
-to which user id, stays provable.
+be named in: the inbox notifications' titles, bodies and data, the chat messages' text, the
+providers' and the receivers' answers and error texts, the payloads sent to webhooks, the
+phone number a text went to, and the address a checkpoint was emailed to. It keeps every date,
+status, id and outcome: what happened, when, to which user id, stays provable.
 
 None of the blanked columns is chained (db/evidence/verify.py SOURCES; erasure uses the same
 list), so the chain verifies after a pass exactly as before. A person's address is never in a
@@ -40,6 +40,11 @@ _BLANKING: tuple[tuple[str, str, str, str], ...] = (
     ("webhook_deliveries", "created_at", "payload = '{}', last_error = NULL",
      "payload <> '{}' OR last_error IS NOT NULL"),
     ("webhook_attempts", "started_at", "response = NULL, error = NULL",
+     "response IS NOT NULL OR error IS NOT NULL"),
+    ("sms_attempts", "started_at", "phone = NULL, error = NULL", "phone IS NOT NULL OR error IS NOT NULL"),
+    ("chat_deliveries", "created_at", "title = %(mark)s, text = '', last_error = NULL",
+     "title <> %(mark)s OR text <> '' OR last_error IS NOT NULL"),
+    ("chat_attempts", "started_at", "response = NULL, error = NULL",
      "response IS NOT NULL OR error IS NOT NULL"),
     ("evidence_checkpoint_emails", "created_at", "address = %(mark)s, error = NULL",
      "address <> %(mark)s OR error IS NOT NULL"),

@@ -42,8 +42,30 @@ def _notices(tenant: Tenant, worker: RunningWorker, name: str, days: int) -> lis
                         [name, ids])
         tx.conn.execute("UPDATE notification_deliveries SET last_error = 'rejected: ' || %s "
                         "WHERE id = ANY(%s)", [name, ids])
-        return [int(str(r[0])) for r in tx.conn.execute(
+        notices = [int(str(r[0])) for r in tx.conn.execute(
             "SELECT notification_id FROM notification_deliveries WHERE id = ANY(%s)", [ids]).fetchall()]
+        # The same notices as a text and a chat message, as those channels leave them.
+        tx.conn.execute("INSERT INTO sms_deliveries (notification_id, status) "
+                        "SELECT unnest(%s::bigint[]), 'cancelled'", [notices])
+        tx.conn.execute("INSERT INTO sms_attempts (delivery_id, attempt_no, claim_token, phone, error) "
+                        "SELECT id, 1, gen_random_uuid(), '+447700900123', 'rejected: ' || %s "
+                        "FROM sms_deliveries WHERE notification_id = ANY(%s)", [name, notices])
+        tx.conn.execute("INSERT INTO chat_deliveries (ledger_id, channel, webhook_url, title, text, href, "
+                        "status) SELECT ledger_id, 'slack', 'https://hooks.slack.example/x', title, "
+                        "'about ' || %s, '/', 'cancelled' FROM notifications WHERE id = ANY(%s)",
+                        [name, notices])
+        return notices
+
+
+def _elsewhere(tenant: Tenant, notification_ids: list[int]) -> set[str]:
+    """What the text and chat channels still hold about these notices."""
+    with tenant_tx(tenant.slug) as tx:
+        rows = tx.conn.execute(
+            "SELECT coalesce(a.phone, ''), coalesce(a.error, ''), c.title, c.text FROM notifications n "
+            "JOIN sms_deliveries s ON s.notification_id = n.id JOIN sms_attempts a ON a.delivery_id = s.id "
+            "JOIN chat_deliveries c ON c.ledger_id = n.ledger_id WHERE n.id = ANY(%s)",
+            [notification_ids]).fetchall()
+    return {str(v) for r in rows for v in r}
 
 
 def _texts(tenant: Tenant, notification_ids: list[int]) -> set[str]:
@@ -73,6 +95,8 @@ def test_bodies_and_addresses_older_than_the_retention_are_blanked_newer_kept_an
     assert _texts(tenant, old) == {RETAINED_MARK, "", "{}"}
     assert "rejected: Newco Ltd" in _texts(tenant, new) and RETAINED_MARK not in _texts(tenant, new)
     assert scalar(tenant, "SELECT count(*) FROM notifications WHERE title = %s", RETAINED_MARK) == len(old)
+    assert _elsewhere(tenant, old) == {"", RETAINED_MARK}
+    assert {"+447700900123", "about Newco Ltd"} <= _elsewhere(tenant, new)
     # What happened stays: dates, statuses, outcomes.
     outcomes = scalar(tenant, "SELECT count(*) FROM delivery_attempts WHERE outcome IS NOT NULL")
     assert outcomes >= len(old + new)
