@@ -289,18 +289,36 @@ def verify_phase(conn: psycopg.Connection[Any], facts: int) -> float:
         )
     seal_tenant(tenant.slug, max_rows=50_000)
     best = 0.0
-    for _ in range(3):
-        started, cpu = time.perf_counter(), time.process_time()
+    for n in range(4):  # the first run also starts the verifier's processes: shown, not counted
+        started, cpu = time.perf_counter(), verifier_cpu()
         report = verify_tenant(tenant.slug)
-        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+        seconds, cpu_seconds = time.perf_counter() - started, verifier_cpu() - cpu
         assert report.ok, report.first_break
         rate = report.records / seconds
-        best = max(best, rate)
+        if n:
+            best = max(best, rate)
         say(f"  {report.records:,} records and {report.rows:,} rows verified in {seconds:.2f}s "
-            f"= {rate:,.0f} records/s; the verifier's own CPU {cpu_seconds:.2f}s "
-            f"= {report.records / cpu_seconds:,.0f} records per CPU-second "
-            f"(load average {os.getloadavg()[0]:.1f})")
+            f"= {rate:,.0f} records/s wall; the verifier's own CPU (its processes, PostgreSQL's "
+            f"aside) {cpu_seconds:.2f}s = {report.records / max(cpu_seconds, 1e-9):,.0f} records per "
+            f"CPU-second (load average {os.getloadavg()[0]:.1f}){'' if n else ', first run: not counted'}")
     return best
+
+
+def verifier_cpu() -> float:
+    """CPU seconds of this process and of the verifier's part processes (db/evidence/verify_parts.py),
+    read from /proc: they outlive a verification, so resource's RUSAGE_CHILDREN never counts them."""
+    from db.evidence import verify_parts
+
+    total = time.process_time()
+    pool = verify_parts._pool
+    for pid in list(getattr(pool, "_processes", None) or {}):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

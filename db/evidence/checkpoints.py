@@ -11,14 +11,16 @@ from pathlib import Path
 
 from db.evidence.audit import record_audit_alone
 from db.evidence.chain import seal_tenant
+from db.evidence.checkpoint_emails import queue_checkpoint_email_tx
 from db.platform.tenancy import TenantTx, tenant_tx
+from domain.errors import NotFound
 from domain.evidence.canonical import checkpoint_text
 from tocsin.core.clock import utcnow
 from tocsin.core.evidence_signing import CheckpointSigner, checkpoint_signer
 from tocsin.core.settings import Settings
 
 __all__ = [
-    "Checkpoint", "checkpoint_and_keep", "checkpoints", "known_keys", "sign_checkpoint",
+    "Checkpoint", "checkpoint_and_keep", "checkpoint_by_id", "checkpoints", "known_keys", "sign_checkpoint",
     "write_checkpoint_file",
 ]
 
@@ -62,6 +64,7 @@ def sign_checkpoint(slug: str, reason: str, signer: CheckpointSigner) -> Checkpo
             "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
             [seq, head_hash, signed_at, reason, signer.key_id, signature]).fetchone()
         assert row is not None
+        queue_checkpoint_email_tx(tx, int(str(row[0])))  # a copy to the compliance address
     return Checkpoint(int(str(row[0])), tx.tenant.slug, seq, head_hash, signed_at, reason, signer.key_id,
                       signer.public_key_hex, signature)
 
@@ -73,12 +76,23 @@ def checkpoints(tx: TenantTx, *, upto_seq: int | None = None, limit: int | None 
         "c.signature FROM evidence_checkpoints c LEFT JOIN control.evidence_keys k ON k.key_id = c.key_id "
         "WHERE %(upto)s::bigint IS NULL OR c.seq <= %(upto)s ORDER BY c.id DESC LIMIT %(limit)s",
         {"upto": upto_seq, "limit": limit}).fetchall()
-    found = []
-    for r in rows:
-        assert isinstance(r[3], datetime)
-        found.append(Checkpoint(int(str(r[0])), tx.tenant.slug, int(str(r[1])), str(r[2]), r[3], str(r[4]),
-                                str(r[5]), str(r[6]), str(r[7])))
-    return found
+    return [_checkpoint(tx, r) for r in rows]
+
+
+def checkpoint_by_id(tx: TenantTx, checkpoint_id: int) -> Checkpoint:
+    rows = tx.conn.execute(
+        "SELECT c.id, c.seq, c.head_hash, c.signed_at, c.reason, c.key_id, coalesce(k.public_key, ''), "
+        "c.signature FROM evidence_checkpoints c LEFT JOIN control.evidence_keys k ON k.key_id = c.key_id "
+        "WHERE c.id = %s", [checkpoint_id]).fetchall()
+    if not rows:
+        raise NotFound(f"no checkpoint {checkpoint_id}")
+    return _checkpoint(tx, rows[0])
+
+
+def _checkpoint(tx: TenantTx, r: tuple[object, ...]) -> Checkpoint:
+    assert isinstance(r[3], datetime)
+    return Checkpoint(int(str(r[0])), tx.tenant.slug, int(str(r[1])), str(r[2]), r[3], str(r[4]),
+                      str(r[5]), str(r[6]), str(r[7]))
 
 
 def known_keys(tx: TenantTx) -> list[tuple[str, str, datetime]]:

@@ -23,16 +23,20 @@ from importlib import resources
 import psycopg
 
 from db.evidence.audit import record_audit_alone
+from db.evidence.checkpoint_emails import queue_checkpoint_email
 from db.evidence.verify import SOURCES, Source, source_rows
+from db.people.clients import get_client
+from db.platform.effects import SendCheckpointEmails, carry_out
 from db.platform.pool import connection
-from db.platform.tenancy import get_tenant
-from domain.errors import InvalidInput
+from db.platform.tenancy import TenantTx, get_tenant, tenant_tx
+from db.rules.definitions import get_rule
+from domain.errors import InvalidInput, NotFound
 from domain.evidence.canonical import canonical_payload, checkpoint_text
 from domain.evidence.verification import ERASED, FACT_KINDS
 from tocsin.core.clock import utcnow
 from tocsin.core.evidence_signing import CheckpointSigner
 
-__all__ = ["PACK_FILES", "PackSelection", "build_pack"]
+__all__ = ["PACK_FILES", "PackSelection", "build_pack", "check_selection"]
 
 PACK_FILES = {  # file -> the chained table it lists
     "claims.csv": "notification_ledger", "deliveries.csv": "notification_deliveries",
@@ -56,6 +60,23 @@ class PackSelection:
                  f"client {self.client_id}" if self.client_id is not None else "",
                  f"rule {self.rule}" if self.rule else ""]
         return ", ".join(p for p in parts if p) or "every claim"
+
+
+def check_selection(tx: TenantTx, selection: PackSelection) -> None:
+    """Refuse a selection that cannot be meant: a range that ends before it starts
+    (InvalidInput), a client or a rule this organisation does not have (NotFound: another
+    organisation's ids are not told apart from ids that never existed)."""
+    if (selection.claimed_from and selection.claimed_to
+            and selection.claimed_from > selection.claimed_to):
+        raise InvalidInput(f"the range ends ({selection.claimed_to}) before it starts "
+                           f"({selection.claimed_from}): put the earlier date in \"from\"")
+    if selection.client_id is not None:
+        get_client(tx, selection.client_id)
+    if selection.rule is not None and selection.rule != "licence":
+        number = selection.rule.removeprefix("rule:")
+        if not (selection.rule.startswith("rule:") and number.isdigit() and len(number) <= 18):
+            raise NotFound(f"no rule {selection.rule!r}: name licence, or rule:<id>")
+        get_rule(tx, int(number))
 
 
 _SELECTED = """
@@ -111,6 +132,8 @@ def build_pack(slug: str, selection: PackSelection,
                signer: CheckpointSigner) -> tuple[bytes, dict[str, object]]:
     """The pack's bytes and its manifest. Signs (and keeps) an export checkpoint."""
     tenant = get_tenant(slug)
+    with tenant_tx(tenant.slug) as tx:
+        check_selection(tx, selection)
     for attempt in range(SERIALIZATION_RETRIES):
         try:
             built = _build(tenant.slug, tenant.schema, selection, signer)
@@ -157,9 +180,12 @@ def _build(slug: str, schema: str, selection: PackSelection,
         signature = signer.sign(text)
         conn.execute("INSERT INTO control.evidence_keys (key_id, public_key) VALUES (%s, %s) "
                      "ON CONFLICT DO NOTHING", [signer.key_id, signer.public_key_hex])
-        conn.execute("INSERT INTO evidence_checkpoints (seq, head_hash, signed_at, reason, key_id, "
-                     "signature) VALUES (%s, %s, %s, 'export', %s, %s)",
-                     [seq, head_hash, signed_at, signer.key_id, signature])
+        kept = conn.execute("INSERT INTO evidence_checkpoints (seq, head_hash, signed_at, reason, key_id, "
+                            "signature) VALUES (%s, %s, %s, 'export', %s, %s) RETURNING id",
+                            [seq, head_hash, signed_at, signer.key_id, signature]).fetchone()
+        assert kept is not None
+        checkpoint_id = int(str(kept[0]))
+        emailed = queue_checkpoint_email(conn, checkpoint_id)  # a copy to the compliance address
         files["checkpoint.json"] = json.dumps({
             "tenant": slug, "seq": seq, "head_hash": head_hash, "key_id": signer.key_id,
             "public_key": signer.public_key_hex, "signed_text": text, "signature": signature},
@@ -167,6 +193,8 @@ def _build(slug: str, schema: str, selection: PackSelection,
         files["README.md"] = _readme(slug, selection, signer, seq).encode()
         files["verify_pack.py"] = resources.files("tocsin.shell").joinpath(
             "evidence_pack_verifier.py").read_bytes()
+    if emailed:  # committed: hand it to the sender (the clock's next verification would too)
+        carry_out(slug, [SendCheckpointEmails([checkpoint_id])])
     manifest: dict[str, object] = {
         "tenant": slug, "selection": selection.describe(), "created_at": json.loads(
             canonical_payload({"t": signed_at}))["t"], "chain": {"from": start, "to": seq},

@@ -28,6 +28,7 @@ __all__ = [
     "PrepareClaims",
     "PublishAlerts",
     "SendChats",
+    "SendCheckpointEmails",
     "SendEmails",
     "SendSms",
     "SendWebhooks",
@@ -116,6 +117,17 @@ class SendWebhooks(Collected):
 
     def absorb(self, other: SendWebhooks) -> None:
         self.delivery_ids.extend(other.delivery_ids)
+
+
+@dataclass
+class SendCheckpointEmails(Collected):
+    """Signed checkpoints whose copy waits to be emailed to the compliance address
+    (evidence_checkpoint_emails holds them; actors/evidence.py sends them)."""
+
+    checkpoint_ids: list[int] = field(default_factory=list)
+
+    def absorb(self, other: SendCheckpointEmails) -> None:
+        self.checkpoint_ids.extend(other.checkpoint_ids)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from domain.evidence.canonical import GENESIS, JsonValue, chain_hash
 
-__all__ = ["ERASED", "FACT_KINDS", "Break", "ChainReport", "ChainVerifier", "FactKind"]
+__all__ = ["EDITED", "ERASED", "FACT_KINDS", "Break", "ChainReport", "ChainVerifier", "FactKind"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,14 @@ FACT_KINDS: dict[str, FactKind] = {k.name: k for k in (
     FactKind("provider_event", "delivery_events", True),
     FactKind("rule_version", "rule_versions", True),
     FactKind("audit", "audit_log", True),
+    FactKind("webhook_delivery", "webhook_deliveries", True),
+    FactKind("webhook_delivery_status", "webhook_deliveries", False),
+    FactKind("webhook_attempt", "webhook_attempts", True),
+    FactKind("webhook_attempt_outcome", "webhook_attempts", False),
 )}
+
+
+EDITED = "its hash does not match its content (the chained record was edited)"
 
 
 class _Erased:
@@ -112,16 +119,40 @@ class ChainVerifier:
         self._prev = GENESIS
         self._decode = decode
         self._facts: dict[tuple[str, str], _Facts] = {}  # (table, ref) -> its facts
+        self.broken_links: set[int] = set()  # sequence numbers of the records a link break names
 
     def record(self, seq: int, kind: str, ref: str, payload: str, prev_hash: str, hash_: str) -> None:
+        self.link(seq, kind, ref, payload, prev_hash, hash_)
+        self._absorb(kind, ref, payload, seq)
+
+    def link(self, seq: int, kind: str, ref: str, payload: str, prev_hash: str, hash_: str, *,
+             content: bool = True) -> None:
+        """Check one record's place in the chain and (``content``) its hash, not what it says
+        of its row. Without ``content`` the payload is not needed: a verification split in
+        parts recomputes each hash where it reads the payload (``fact``)."""
         report = self.report
         report.records += 1
         if seq != self._expected or prev_hash != self._prev or \
-                chain_hash(prev_hash, seq, kind, ref, payload) != hash_:
+                (content and chain_hash(prev_hash, seq, kind, ref, payload) != hash_):
             self._link_break(seq, kind, ref, payload, prev_hash, hash_)
+            self.broken_links.add(seq)
         self._expected = seq + 1
         self._prev = hash_
         report.head_seq, report.head_hash = seq, hash_
+
+    def start_after(self, seq: int, hash_: str) -> None:
+        """Check a stretch of the chain that goes on after record ``seq`` with hash ``hash_``
+        (a verification split by ranges of sequence numbers)."""
+        self._expected, self._prev = seq + 1, hash_
+
+    def fact(self, seq: int, kind: str, ref: str, payload: str, prev_hash: str | None = None,
+             hash_: str | None = None) -> None:
+        """What one chained record says of its row, its place in the chain checked elsewhere
+        (a verification split by rows: each part sees the records of its rows only); with
+        ``prev_hash`` and ``hash_``, its hash is recomputed too (a break: EDITED)."""
+        if prev_hash is not None and chain_hash(prev_hash, seq, kind, ref, payload) != hash_:
+            table = FACT_KINDS[kind].table if kind in FACT_KINDS else kind
+            self.report.breaks.append(Break(seq, table, ref, EDITED))
         self._absorb(kind, ref, payload, seq)
 
     def _link_break(self, seq: int, kind: str, ref: str, payload: str, prev_hash: str, hash_: str) -> None:
@@ -134,8 +165,7 @@ class ChainVerifier:
             found = Break(seq, table, ref, "its previous hash is not the hash of the record "
                           "before it (a record was removed, inserted or reordered)")
         else:
-            found = Break(seq, table, ref,
-                          "its hash does not match its content (the chained record was edited)")
+            found = Break(seq, table, ref, EDITED)
         self.report.breaks.append(found)
 
     def pending(self, kind: str, ref: str, payload: str) -> None:
@@ -189,11 +219,21 @@ class ChainVerifier:
     def finish(self, head_seq: int, head_hash: str, rows_checked: Iterable[str]) -> ChainReport:
         """``rows_checked``: the tables whose rows were fed; a chained row of one of them that
         was not fed has been deleted."""
+        self.missing_rows(rows_checked)
+        return self.check_head(head_seq, head_hash)
+
+    def missing_rows(self, rows_checked: Iterable[str]) -> ChainReport:
+        """Name each chained row of ``rows_checked``'s tables that was not fed (deleted)."""
         tables = set(rows_checked)
         for (table, ref), facts in sorted(self._facts.items()):
             if table in tables:
                 self.report.breaks.append(
                     Break(facts[0][0] or None, table, ref, "the row is missing (deleted)"))
+        self._facts.clear()
+        return self.report
+
+    def check_head(self, head_seq: int, head_hash: str) -> ChainReport:
+        """The head must name the chain's last record (its sequence and hash)."""
         if (head_seq, head_hash) != (self.report.head_seq, self.report.head_hash):
             self.report.breaks.append(Break(
                 self.report.head_seq + 1 if head_seq > self.report.head_seq else head_seq,

@@ -1,6 +1,7 @@
 """The evidence chain page in a real browser, on a desktop and a phone: the charts with the
-tables behind them, the last verification, the signing key and the checkpoints. Screenshots
-land in test-artifacts/ (evidence-chain.png, evidence-chain-phone.png)."""
+tables behind them, the last verification, the signing key, the checkpoints and the pack's
+export form. Screenshots land in test-artifacts/ (evidence-chain.png, evidence-chain-phone.png,
+evidence-pack-form.png, evidence-pack-form-phone.png)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,27 @@ def test_the_evidence_chain_page_shows_its_charts_and_tables_on_desktop_and_phon
         expect(page.get_by_role("img", name="Deliveries by status")).to_be_visible()
         expect(page.get_by_role("table", name="Claims per rule, last 14 days")).to_have_count(1)
         expect(page.get_by_role("row", name="manual")).to_have_count(1)
+        form = page.get_by_role("form", name="Export an evidence pack")
+        expect(form.get_by_role("button", name="Download the pack")).to_be_visible()
         page.screenshot(path=artifacts / name, full_page=True)
+        form.screenshot(path=artifacts / name.replace("chain", "pack-form"))
+        assert errors == []
+        page.context.close()
+
+
+def test_the_evidence_settings_are_saved_from_the_settings_page_on_desktop_and_phone(
+        browser: Browser, portal_url: str, tenant: Tenant, artifacts: Path) -> None:
+    with tenant_tx(tenant.slug) as tx:
+        create_user(tx, ADMIN, Role.ADMIN, PASSWORD, display_name="Sam Admin")
+    for viewport, name in ((DESKTOP, "evidence-settings.png"), (PHONE, "evidence-settings-phone.png")):
+        page, errors = open_page(browser, viewport)
+        sign_in(page, portal_url, tenant, ADMIN)
+        page.goto(f"{portal_url}/settings")
+        page.get_by_label("Compliance address").fill("dpo@tenant.example")
+        page.get_by_label("Keep message bodies and addresses for (days)").fill("365")
+        page.locator("form[action='/settings/evidence'] button").click()
+        expect(page.get_by_role("status")).to_contain_text("Saved.")
+        expect(page.get_by_label("Compliance address")).to_have_value("dpo@tenant.example")
+        page.locator("section[aria-labelledby='evidence-title']").screenshot(path=artifacts / name)
         assert errors == []
         page.context.close()

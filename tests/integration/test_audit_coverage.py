@@ -318,6 +318,12 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
         lambda w: w.post(f"/ledger/attention/deliveries/{hold_a_delivery(w)}/mark-delivered",
                          w.as_admin()),
         "delivery.mark_delivered"),
+    "POST /ledger/chain/export": (
+        lambda w: w.post("/ledger/chain/export", w.as_admin(), client=str(w.people.client.id)),
+        "export.evidence_pack"),
+    "POST /settings/evidence": (
+        lambda w: w.post("/settings/evidence", w.as_admin(), compliance_email="dpo@tenant.example",
+                         retention_days="365"), "settings.evidence"),
     "POST /settings/unknown-outcome": (
         lambda w: w.post("/settings/unknown-outcome", w.as_admin(), policy="hold"),
         "settings.unknown_outcome"),

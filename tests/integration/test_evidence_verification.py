@@ -89,3 +89,31 @@ def test_the_clocks_ticks_seal_verify_and_sign_through_the_worker(
         signed = checkpoints(tx)
     assert last is not None and last.ok and last.records > 0
     assert [c.reason for c in signed] == ["periodic"] and signed[0].seq == last.head_seq
+
+
+def test_a_chain_verified_in_parts_gives_the_same_report_as_one_pass(
+        tenant: Tenant, capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify --parts N` splits the work over processes (db/evidence/verify_parts.py): by
+    ranges of records and by rows, the breaks are those of one pass, the first one first."""
+    from db.evidence.chain import seal_tenant
+    from db.evidence.verify import verify_tenant
+
+    _claims(tenant, clients=6)
+    seal_tenant(tenant.slug)
+    sound = verify_tenant(tenant.slug, parts=3)
+    assert sound.ok and (sound.records, sound.rows) == (verify_tenant(tenant.slug, parts=0).records,
+                                                        verify_tenant(tenant.slug, parts=0).rows)
+    claim = scalar(tenant, "SELECT min(id) FROM notification_ledger")
+    _tamper(tenant, f"UPDATE notification_ledger SET threshold = 'd1' WHERE id = {claim}")
+    _tamper(tenant, "DELETE FROM delivery_attempts WHERE id = (SELECT max(id) FROM delivery_attempts)")
+    _tamper(tenant, "UPDATE evidence_chain SET payload = payload || ' ' WHERE seq = 5")
+    _tamper(tenant, "UPDATE evidence_chain SET seq = seq + 1000000 WHERE seq IN (8, 9)")
+    _tamper(tenant, "UPDATE evidence_chain SET seq = CASE seq WHEN 1000008 THEN 9 ELSE 8 END "
+                    "WHERE seq IN (1000008, 1000009)")  # two records swapped: link and hash broken
+    one_pass, in_parts = verify_tenant(tenant.slug, parts=0), verify_tenant(tenant.slug, parts=3)
+    assert not one_pass.ok and sorted(in_parts.breaks) == sorted(one_pass.breaks)
+    assert in_parts.first_break == one_pass.first_break
+    assert (in_parts.records, in_parts.rows, in_parts.head_seq) == (
+        one_pass.records, one_pass.rows, one_pass.head_seq)
+    code, out, _err = run(capsys, "evidence", "verify", "--tenant", tenant.slug, "--parts", "3")
+    assert code == EXIT_BROKEN and f"first broken record: {one_pass.first_break.describe()}" in out

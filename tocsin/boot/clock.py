@@ -29,7 +29,7 @@ log = logging.getLogger("tocsin.clock")
 def run_clock(stop: threading.Event | None = None) -> None:
     settings = boot.start(load_settings())  # once for the process
     from actors.digest import digest_tick
-    from actors.evidence import seal_tick, verify_tick
+    from actors.evidence import RETENTION_EVERY_SECONDS, retention_tick, seal_tick, verify_tick
     from actors.relay import relay_tick, wake_for_host_commits
     from actors.scan import tick
     from actors.sweep import sweep
@@ -63,6 +63,8 @@ def run_clock(stop: threading.Event | None = None) -> None:
         # The evidence chain: written facts sealed shortly after commit, and each chain verified.
         (seal_tick, "seal tick", settings.evidence_seal_seconds),
         (verify_tick, "evidence verification", settings.evidence_verify_seconds),
+        # Message bodies and addresses past each tenant's retention, blanked.
+        (retention_tick, "evidence retention", RETENTION_EVERY_SECONDS),
     ]
     due = {name: 0.0 for _, name, _ in schedule}
     quiet_until = 0.0

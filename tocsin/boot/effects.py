@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from actors.chat import send_chats
 from actors.email import send_deliveries
+from actors.evidence import send_checkpoint_emails
 from actors.prepare import send_claims
 from actors.relay import wake
 from actors.sms import send_sms
@@ -16,6 +17,7 @@ from db.platform.effects import (
     PrepareClaims,
     PublishAlerts,
     SendChats,
+    SendCheckpointEmails,
     SendEmails,
     SendSms,
     SendWebhooks,
@@ -35,6 +37,7 @@ def install_effects(settings: Settings) -> None:
     handle(PrepareClaims, lambda slug, effect: send_claims(slug, effect.claims))
     handle(PublishAlerts, lambda slug, effect: _discard(publish_alerts(slug)))
     handle(SendWebhooks, lambda slug, effect: send_webhooks(slug, effect.delivery_ids))
+    handle(SendCheckpointEmails, lambda slug, effect: send_checkpoint_emails(slug, effect.checkpoint_ids))
     handle(SendChats, lambda slug, effect: send_chats(slug, effect.delivery_ids))
     handle(SendSms, lambda slug, effect: send_sms(slug, effect.delivery_ids))
     if settings.events_wakeup:
