@@ -8,7 +8,17 @@ __all__ = ["Busy", "Conflict", "Forbidden", "InvalidInput", "NotFound", "TocsinE
 
 
 class TocsinError(Exception):
-    """Base of every error Tocsin raises on purpose."""
+    """Base of every error Tocsin raises on purpose.
+
+    A message a person reads may be a catalog message with named placeholders
+    (``InvalidInput(N_("unknown time zone “{value}”"), value=zone)``): ``str()`` gives it in
+    English, and the portal gives ``template`` in the reader's language, filled with ``values``.
+    """
+
+    def __init__(self, *args: object, **values: object) -> None:
+        self.template = str(args[0]) if args else ""
+        self.values = values
+        super().__init__(self.template.format(**values) if values else self.template, *args[1:])
 
 
 class InvalidInput(TocsinError):

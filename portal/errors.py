@@ -32,6 +32,7 @@ from domain.errors import Busy, Conflict, Forbidden, InvalidInput, NotFound
 from domain.messages import N_
 from domain.notices.licence import RenewalRefused
 from portal.auth import AccessPaused, MustEnrol, UnknownParameter, login_url, requested_path, safe_next
+from portal.language import error_text
 from portal.sign_in_flow import TWO_FACTOR_SETUP_PATH
 
 __all__ = [
@@ -114,8 +115,8 @@ def error_page_for(request: AnyRequest, exc: Exception) -> ErrorPage:
             N_("This page doesn\u2019t take the option “{option}”. Check the address and try again."),
             values={"option": str(exc)},
         )
-    if isinstance(exc, InvalidInput):
-        return ErrorPage(400, N_("That didn't work"), f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+    if isinstance(exc, InvalidInput):  # in the reader's language when it is a catalog message
+        return ErrorPage(400, N_("That didn't work"), f"{error_text(request, exc)}.")
     if isinstance(exc, RenewalRefused):
         return ErrorPage(403, N_("Renewal isn't available"), f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
     if isinstance(exc, Conflict):

@@ -25,8 +25,19 @@ from domain.people.locales import DEFAULT_LOCALE, SHIPPED_LOCALES
 from portal.auth import VIEWER, Viewer
 from tocsin.core.i18n import Formats, formats_for, translations
 
-__all__ = ["LOCALE_STATE", "context_formats", "context_locale", "gettext_markup", "ngettext_markup",
-           "page_direction", "request_locale", "request_zone", "translate", "translate_plural"]
+__all__ = [
+    "LOCALE_STATE",
+    "context_formats",
+    "context_locale",
+    "error_text",
+    "gettext_markup",
+    "ngettext_markup",
+    "page_direction",
+    "request_locale",
+    "request_zone",
+    "translate",
+    "translate_plural",
+]
 
 LOCALE_STATE = "tocsin.locale"  # connection-state key: the page's language, once worked out
 _ACCEPT_LANGUAGE_MAX = 200  # characters of the header read: a browser sends a few dozen
@@ -86,6 +97,18 @@ def translate(request: Any, message: str, **values: object) -> str:
     puts on a page (a flash), which the template escapes."""
     text = translations(request_locale(request)).gettext(message)
     return text.format(**values) if values else text
+
+
+def error_text(request: Any, error: BaseException) -> str:
+    """What went wrong, for the page: a domain error's catalog message in the request's
+    language (its placeholders filled), starting with a capital."""
+    template = getattr(error, "template", "") or str(error)
+    words = translations(request_locale(request))
+    # A value that is itself a catalog message (a field's label) is read in the same language.
+    values = {name: words.gettext(value) if isinstance(value, str) else value
+              for name, value in (getattr(error, "values", {}) or {}).items()}
+    text = translate(request, template, **values)
+    return f"{text[:1].upper()}{text[1:]}"
 
 
 def translate_plural(request: Any, singular: str, plural: str, count: int, **values: object) -> str:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from domain.delivery.channels import CHANNELS, Channel
 from domain.delivery.webhooks import valid_endpoint_url
 from domain.errors import InvalidInput
+from domain.messages import N_
 from domain.state_machine import StateMachine
 
 __all__ = [
@@ -77,7 +78,7 @@ def valid_chat_channel(value: str) -> Channel:
     except ValueError:
         channel = None
     if channel not in CHAT_CHANNELS:
-        raise InvalidInput(f"unknown chat channel {value!r} (known: slack, teams)")
+        raise InvalidInput(N_("unknown chat channel “{value}” (known: slack, teams)"), value=value)
     assert channel is not None
     return channel
 
@@ -94,10 +95,10 @@ def valid_chat_url(channel: Channel, url: str, *, allow_private: bool) -> str:
         return checked
     host = (urlsplit(checked).hostname or "").lower()
     if channel is Channel.SLACK and host not in _SLACK_HOSTS:
-        raise InvalidInput("a Slack incoming-webhook URL starts with https://hooks.slack.com/")
+        raise InvalidInput(N_("a Slack incoming-webhook URL starts with https://hooks.slack.com/"))
     if channel is Channel.TEAMS and not host.endswith(_TEAMS_SUFFIXES):
-        raise InvalidInput("a Teams incoming-webhook URL is on webhook.office.com or a Power "
-                           "Automate (logic.azure.com) host")
+        raise InvalidInput(N_("a Teams incoming-webhook URL is on webhook.office.com or a Power "
+                              "Automate (logic.azure.com) host"))
     return checked
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from domain.errors import InvalidInput
+from domain.messages import N_
 
 __all__ = [
     "CATEGORIES",
@@ -196,7 +197,7 @@ def chat_decision(wanted: bool, quiet_end: datetime | None, critical: bool) -> S
 
 def valid_category(value: str) -> str:
     if value not in CATEGORIES:
-        raise InvalidInput(f"unknown category {value!r}")
+        raise InvalidInput(N_("unknown category “{value}”"), value=value)
     return value
 
 
@@ -204,7 +205,7 @@ def valid_frequency(value: str) -> Frequency:
     try:
         return Frequency(value)
     except ValueError:
-        raise InvalidInput(f"unknown frequency {value!r}") from None
+        raise InvalidInput(N_("unknown frequency “{value}”"), value=value) from None
 
 
 def valid_lock_reason(locked: bool, reason: str | None) -> str | None:
@@ -213,7 +214,7 @@ def valid_lock_reason(locked: bool, reason: str | None) -> str | None:
         return None
     text = (reason or "").strip()
     if not text:
-        raise InvalidInput("say why the category is locked: members will read it")
+        raise InvalidInput(N_("say why the category is locked: members will read it"))
     if len(text) > MAX_LOCK_REASON:
-        raise InvalidInput(f"keep the reason under {MAX_LOCK_REASON} characters")
+        raise InvalidInput(N_("keep the reason under {count} characters"), count=MAX_LOCK_REASON)
     return text

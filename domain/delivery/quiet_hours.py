@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from domain.errors import InvalidInput
+from domain.messages import N_
 
 __all__ = [
     "DEFAULT_DIGEST_TIME",
@@ -49,7 +50,7 @@ class QuietHours:
 
     def __post_init__(self) -> None:
         if self.start == self.end:
-            raise InvalidInput("quiet hours must end at a different time than they start")
+            raise InvalidInput(N_("quiet hours must end at a different time than they start"))
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def period_dates(period: str, local_day: date, schedule: DeliverySchedule) -> li
         back = (local_day.isoweekday() - schedule.weekly_day) % 7
         latest = local_day - timedelta(days=back)
         return [latest, latest - timedelta(days=7)]
-    raise InvalidInput(f"unknown digest period {period!r}")
+    raise InvalidInput(N_("unknown digest period “{period}”"), period=period)
 
 
 @dataclass(frozen=True)
@@ -159,11 +160,12 @@ def next_digest_instant(period: str, as_of: datetime, schedule: DeliverySchedule
 def valid_zone_name(value: str) -> str:
     name = value.strip()
     if name not in _zones():
-        raise InvalidInput(f"unknown time zone {value!r}: pick one from the list, e.g. Europe/Berlin")
+        raise InvalidInput(N_("unknown time zone “{value}”: pick one from the list, e.g. Europe/Berlin"),
+                           value=value)
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidInput(f"unknown time zone {value!r}") from None
+        raise InvalidInput(N_("unknown time zone “{value}”"), value=value) from None
     return name
 
 
@@ -185,11 +187,11 @@ def parse_local_time(value: str, what: str) -> time:
     try:
         parsed = time.fromisoformat(value.strip())
     except ValueError:
-        raise InvalidInput(f"{what} must be a time like 22:00") from None
+        raise InvalidInput(N_("{what} must be a time like 22:00"), what=what) from None
     return parsed.replace(second=0, microsecond=0, tzinfo=None)
 
 
 def valid_weekday(value: int) -> int:
     if not 1 <= value <= 7:
-        raise InvalidInput("pick a weekday")
+        raise InvalidInput(N_("pick a weekday"))
     return value

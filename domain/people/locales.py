@@ -6,6 +6,7 @@ from __future__ import annotations
 __all__ = ["DEFAULT_LOCALE", "LOCALE_NAMES", "SHIPPED_LOCALES", "resolve_locale", "valid_locale"]
 
 from domain.errors import InvalidInput
+from domain.messages import N_
 
 DEFAULT_LOCALE = "en"
 SHIPPED_LOCALES = ("en", "de", "fr")  # each has a complete catalog under tocsin/core/locale/
@@ -23,5 +24,6 @@ def resolve_locale(user: str | None, client: str | None, tenant: str | None) -> 
 
 def valid_locale(value: str) -> str:
     if value not in SHIPPED_LOCALES:
-        raise InvalidInput(f"unknown language {value!r}: choose one of {', '.join(SHIPPED_LOCALES)}")
+        raise InvalidInput(N_("unknown language “{value}”: choose one of {languages}"), value=value,
+                           languages=", ".join(SHIPPED_LOCALES))
     return value

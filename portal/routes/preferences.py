@@ -44,7 +44,7 @@ from domain.messages import N_
 from domain.people.identity import WHOLE_NUMBER, Role
 from domain.people.locales import LOCALE_NAMES
 from portal.auth import CurrentViewer, Viewer
-from portal.language import translate
+from portal.language import error_text, translate
 from portal.routes.chat import defaults_page_context, preference_centre_context
 from tocsin.core.clock import utcnow
 
@@ -186,7 +186,7 @@ def save_category(
     )
 
 
-def _parse_schedule(data: ScheduleForm) -> tuple[dict[str, Any], dict[str, str]]:
+def _parse_schedule(request: Any, data: ScheduleForm) -> tuple[dict[str, Any], dict[str, str]]:
     values: dict[str, Any] = {}
     errors: dict[str, str] = {}
     if any(len(v) > FIELD_MAX_LENGTH for v in vars(data).values()):
@@ -195,21 +195,23 @@ def _parse_schedule(data: ScheduleForm) -> tuple[dict[str, Any], dict[str, str]]
     values["quiet"] = None
     if start or end:
         if not (start and end):
-            errors["quiet_end" if start else "quiet_start"] = "Give both a start and an end, or neither"
+            errors["quiet_end" if start else "quiet_start"] = translate(
+                request, "Give both a start and an end, or neither")
         else:
             times = {}
-            for name, text, label in (("quiet_start", start, "The start"), ("quiet_end", end, "The end")):
+            for name, text, label in (("quiet_start", start, N_("The start")),
+                                      ("quiet_end", end, N_("The end"))):
                 try:
                     times[name] = parse_local_time(text, label)
                 except InvalidInput as error:
-                    errors[name] = str(error)
+                    errors[name] = error_text(request, error)
             if len(times) == 2:
                 try:
                     values["quiet"] = QuietHours(times["quiet_start"], times["quiet_end"])
                 except InvalidInput as error:
-                    errors["quiet_end"] = f"{str(error)[:1].upper()}{str(error)[1:]}"
+                    errors["quiet_end"] = error_text(request, error)
     for name, parse in (
-        ("digest_time", lambda: parse_local_time(data.digest_time, "The digest time")),
+        ("digest_time", lambda: parse_local_time(data.digest_time, N_("The digest time"))),
         ("weekly_day", lambda: valid_weekday(int(data.weekly_day) if WHOLE_NUMBER.fullmatch(data.weekly_day)
                                              else 0)),
         ("time_zone", lambda: valid_zone_name(data.time_zone)),
@@ -217,7 +219,7 @@ def _parse_schedule(data: ScheduleForm) -> tuple[dict[str, Any], dict[str, str]]
         try:
             values[name] = parse()
         except InvalidInput as error:
-            errors[name] = f"{str(error)[:1].upper()}{str(error)[1:]}"
+            errors[name] = error_text(request, error)
     return values, errors
 
 
@@ -225,7 +227,7 @@ def _parse_schedule(data: ScheduleForm) -> tuple[dict[str, Any], dict[str, str]]
 def save_delivery_schedule(
     request: HTMXRequest, viewer: CurrentViewer, data: Annotated[ScheduleForm, Form]
 ) -> Template | Redirect:
-    values, errors = _parse_schedule(data)
+    values, errors = _parse_schedule(request, data)
     with tenant_tx(viewer.tenant.slug) as tx:
         if not errors:
             save_schedule(tx, viewer.user.id, quiet=values["quiet"], digest_time=values["digest_time"],

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from litestar import get, post
+from litestar import Request, get, post
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, QueryParameter
 from litestar.response import Redirect, Template
@@ -27,6 +27,7 @@ from domain.delivery.preferences import CATEGORIES
 from domain.errors import InvalidInput
 from domain.messages import N_
 from portal.auth import CurrentViewer, Viewer
+from portal.language import error_text
 
 __all__ = ["DONE", "ROUTES", "PhoneForm", "TextCategoryForm", "save_text_category", "save_texts_phone",
            "stop_all_texts", "texts_page"]
@@ -72,7 +73,8 @@ def texts_page(viewer: CurrentViewer,
 
 
 @post("/preferences/texts/phone", sync_to_thread=True)
-def save_texts_phone(viewer: CurrentViewer, data: Annotated[PhoneForm, Form]) -> Redirect | Template:
+def save_texts_phone(request: Request[Any, Any, Any], viewer: CurrentViewer,
+                     data: Annotated[PhoneForm, Form]) -> Redirect | Template:
     """Save (or, left empty, remove) the mobile number; a number that cannot take texts is
     refused with what to change, next to the field."""
     try:
@@ -82,8 +84,7 @@ def save_texts_phone(viewer: CurrentViewer, data: Annotated[PhoneForm, Form]) ->
             else:
                 clear_phone(tx, viewer.user.id)
     except InvalidInput as error:
-        message = str(error)
-        return _page(viewer, typed=data.phone[:60], error=message[:1].upper() + message[1:] + ".",
+        return _page(viewer, typed=data.phone[:60], error=error_text(request, error) + ".",
                      status_code=HTTP_422_UNPROCESSABLE_ENTITY)
     done = "phone" if data.phone.strip() else "cleared"
     return Redirect(f"/preferences/texts?done={done}", status_code=HTTP_303_SEE_OTHER)

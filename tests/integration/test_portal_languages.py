@@ -135,3 +135,23 @@ def test_without_a_brand_the_header_shows_the_tenants_name_and_tocsins_colour(
     assert people.tenant.name in header
     assert "/brand/colour/" not in page
     assert re.search(r'<html lang="en" dir="ltr">', page)
+
+
+def test_a_refused_form_field_is_explained_in_the_readers_language(portal: PortalClient, people: People) -> None:
+    # The domain's refusals are catalog messages: the preference centre and the texts page
+    # say what to change in German to a German reader, with what they typed in it.
+    signed_in(portal, people, people.client_user)
+    _choose_language(portal, "de")
+    token = csrf_token(portal.get("/preferences").text)
+    schedule = portal.post("/preferences/schedule", headers=HTMX, data={
+        "_csrf_token": token, "quiet_start": "22:00", "quiet_end": "abends", "digest_time": "08:00",
+        "weekly_day": "1", "time_zone": "Mars/Olympus"})
+    assert schedule.status_code == 422
+    assert "Das Ende muss eine Uhrzeit wie 22:00 sein" in schedule.text
+    assert "Unbekannte Zeitzone „Mars/Olympus“" in schedule.text
+    assert "must be a time" not in schedule.text and "unknown time zone" not in schedule.text
+
+    phone = portal.post("/preferences/texts/phone", follow_redirects=False, data={
+        "_csrf_token": csrf_token(portal.get("/preferences/texts").text), "phone": "07400 123456"})
+    assert phone.status_code == 422
+    assert "Beginnen Sie die Nummer mit + und der Ländervorwahl" in phone.text
