@@ -14,17 +14,23 @@ broker to a real Dramatiq worker in this process, timed until the scan queue is 
   (5d) a tenant's first scan (run_scan on a fresh pool, one tenant after another) against
        PostgreSQL's floor measured in the same run (bench/tenants.py postgres_floor).
 
-The tenants are kept between runs (``--keep``): made once (their schemas with `tocsin
-migrate --jobs`), their instant is fixed (IDLE_AS_OF), so a later run only resets their
-summary. Creating 10,000 schemas takes a while (tens of milliseconds each): progress is
-printed.
+The tenants are kept between runs (``--keep``): made once, their instant is fixed
+(IDLE_AS_OF), so a later run only resets their summary. Making them: the first tenant's
+schema is migrated (the real migrations, db/platform/migrations apply_tenant_migrations),
+dumped with pg_dump (its DDL and the rows its migrations wrote), and that dump, with the
+schema's name replaced, is run for every other tenant, a few tenants per transaction, on
+``jobs`` connections at once, their migration records copied: what `tocsin migrate` would
+have made, without planning and checking every migration 10,000 times (``--clone=no``
+makes them with `tocsin migrate --jobs` instead). Progress is printed.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -34,7 +40,7 @@ from pathlib import Path
 
 from psycopg import sql
 
-from bench.scan import TENANT_ZONES, BenchTenant, Connection, say
+from bench.scan import TENANT_ZONES, BenchTenant, Connection, connect, say
 from domain.people.identity import schema_for
 
 __all__ = ["IDLE_AS_OF", "IDLE_PREFIX", "IdleFigures", "measure_idle_tenants", "prepare_idle_tenants",
@@ -43,6 +49,7 @@ __all__ = ["IDLE_AS_OF", "IDLE_PREFIX", "IdleFigures", "measure_idle_tenants", "
 IDLE_PREFIX = "benchidle-"
 IDLE_AS_OF = datetime(2031, 3, 3, 9, 0, tzinfo=UTC)  # the first tick; fixed, so data is reused
 CHUNK = 250  # tenants per transaction when making or loading them
+CLONES_PER_TX = 5  # tenants' DDL per transaction when cloning (each holds ~500 locks)
 GOAL_TICK_SECONDS = 5.0
 GOAL_IDLE_MS = 0.1
 GOAL_FIRST_SCAN_OVER_FLOOR = 1.3
@@ -100,7 +107,94 @@ def _durability_off(conn: Connection, embedded: bool) -> Iterator[None]:
         conn.execute("CHECKPOINT")
 
 
-def _make(conn: Connection, tenants: Sequence[BenchTenant], jobs: int) -> float:
+def _pg_dump() -> str:
+    """pg_dump of the embedded server's own version (pgserver's), else the one on PATH."""
+    try:
+        import pgserver
+
+        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    found = shutil.which("pg_dump")
+    if found is None:
+        raise SystemExit("pg_dump not found: install PostgreSQL's client tools, or use --clone=no")
+    return found
+
+
+def _template_ddl(conn: Connection, template: str) -> str:
+    """The migrated ``template`` schema as SQL: its objects and the rows its migrations
+    wrote (as INSERTs, so the text runs as one multi-statement query)."""
+    from tocsin.core.settings import load_settings
+
+    done = subprocess.run([_pg_dump(), "--dbname", load_settings().database_url, "--schema", template,
+                           "--no-owner", "--no-privileges", "--inserts", "--no-comments"],
+                          stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"pg_dump of the template schema failed: exit {done.returncode}")
+    lines = [line for line in done.stdout.splitlines()
+             if not line.startswith(("--", "\\")) and "pg_catalog.set_config('search_path'" not in line]
+    return "\n".join(lines)
+
+
+def _clone(conn: Connection, tenants: Sequence[BenchTenant], jobs: int) -> None:
+    """The first tenant's schema migrated for real, then its dump run for every other one
+    (see the module's docstring), ``jobs`` connections at once."""
+    from db.platform.migrations import apply_tenant_migrations
+
+    template = tenants[0].schema
+    mark = time.perf_counter()
+    with conn.transaction():
+        apply_tenant_migrations(conn, template)
+    migrated = time.perf_counter() - mark
+    ddl = _template_ddl(conn, template)
+    say(f"    the first schema migrated in {migrated:.1f}s, dumped in "
+        f"{time.perf_counter() - mark - migrated:.1f}s ({len(ddl) // 1024} kB of SQL)")
+    # The dump names the template schema, quoted or not; every other name keeps its own.
+    create = f"CREATE SCHEMA {template};"
+    body = ddl.replace(create, "")
+    pattern = re.compile(rf"\b{re.escape(template)}\b")
+    versions = [str(r[0]) for r in conn.execute(
+        "SELECT version FROM control.schema_migrations WHERE schema_name = %s", [template])]
+    rest = list(tenants[1:])
+    made = [0]
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    started = time.perf_counter()
+
+    def work(part: Sequence[BenchTenant]) -> None:
+        try:
+            with connect() as own:
+                for first in range(0, len(part), CLONES_PER_TX):
+                    batch = part[first:first + CLONES_PER_TX]
+                    with own.transaction():
+                        own.execute(";\n".join(pattern.sub(t.schema, body) for t in batch))
+                        with own.cursor() as cur:
+                            cur.executemany(
+                                "INSERT INTO control.schema_migrations (schema_name, version) "
+                                "VALUES (%s, %s)", [(t.schema, v) for t in batch for v in versions])
+                    with lock:
+                        made[0] += len(batch)
+                        if made[0] % 1000 < CLONES_PER_TX:
+                            say(f"    cloned {made[0]:,}/{len(rest):,} schemas "
+                                f"({time.perf_counter() - started:.0f}s)")
+        except BaseException as error:  # reported by the caller's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(rest[n::jobs],)) for n in range(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    cloned = time.perf_counter() - started
+    say(f"    {len(rest):,} schemas cloned in {cloned:.0f}s, "
+        f"{1000 * cloned / max(1, len(rest)):.1f} ms per schema")
+
+
+def _make(conn: Connection, tenants: Sequence[BenchTenant], jobs: int, clone: bool = True) -> float:
     from tests.support.many_tenants import remove_tenants_like
 
     removed = remove_tenants_like(conn, IDLE_PREFIX)
@@ -117,6 +211,11 @@ def _make(conn: Connection, tenants: Sequence[BenchTenant], jobs: int) -> float:
                     [(t.slug, f"Tenant {t.slug}", t.schema, t.time_zone) for t in part])
             conn.execute(sql.SQL(" ").join(
                 sql.SQL("CREATE SCHEMA {};").format(sql.Identifier(t.schema)) for t in part))
+    if clone:
+        say(f"    {len(tenants):,} tenant rows and empty schemas in {time.perf_counter() - started:.0f}s; "
+            f"migrating the first and cloning it, {jobs} connections ...")
+        _clone(conn, tenants, jobs)
+        return time.perf_counter() - started
     say(f"    {len(tenants):,} tenant rows and empty schemas in {time.perf_counter() - started:.0f}s; "
         f"`tocsin migrate --jobs {jobs}` ...")
     tocsin = Path(sys.executable).parent / "tocsin"
@@ -250,7 +349,7 @@ def _first_scans(tenants: Sequence[BenchTenant], as_of: datetime, workers: int) 
 
 
 def prepare_idle_tenants(conn: Connection, count: int, clients: int, due_every: int, jobs: int,
-                         embedded: bool) -> tuple[list[BenchTenant], int, float | None]:
+                         embedded: bool, clone: bool = True) -> tuple[list[BenchTenant], int, float | None]:
     """Part (5)'s tenants, made and loaded, or kept from an earlier run: (tenants, how many
     have something due at (5b), seconds it took to make them or None when reused)."""
     tenants = _tenants(conn, count)
@@ -259,20 +358,20 @@ def prepare_idle_tenants(conn: Connection, count: int, clients: int, due_every: 
         return tenants, sum(1 for t in tenants if t.number % due_every == 0), None
     say(f"(5) {count:,} tenants x {clients} clients: making them (kept with --keep) ...")
     with _durability_off(conn, embedded):
-        created = _make(conn, tenants, jobs)
+        created = _make(conn, tenants, jobs, clone)
         say(f"    made in {created:.0f}s, {1000 * created / count:.1f} ms per tenant; loading ...")
         due = _load(conn, tenants, clients, due_every)
     return tenants, due, created
 
 
 def measure_idle_tenants(conn: Connection, count: int, clients: int, due_every: int,
-                         workers: int, jobs: int, log: Path | None) -> IdleFigures:
+                         workers: int, jobs: int, log: Path | None, clone: bool = True) -> IdleFigures:
     from bench.tenants import postgres_floor, set_status
     from tocsin import boot
     from tocsin.core import runtime
 
     tenants, due, created = prepare_idle_tenants(conn, count, clients, due_every, jobs,
-                                                 log is not None)
+                                                 log is not None, clone)
     _reset_summary(conn)
     set_status(conn, IDLE_PREFIX, "active")
     settings = runtime.settings()
