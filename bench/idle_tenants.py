@@ -26,6 +26,7 @@ makes them with `tocsin migrate --jobs` instead). Progress is printed.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -69,6 +70,7 @@ class IdleFigures:
     idle_tick: tuple[float, int]
     first_scan_ms: float
     floor_ms: float
+    sweeps: tuple[tuple[float, int], tuple[float, int]] = ((0.0, 0), (0.0, 0))  # every tenant, then idle
 
 
 def _tenants(conn: Connection, count: int) -> list[BenchTenant]:
@@ -298,6 +300,41 @@ def _timed_tick(conn: Connection, as_of: datetime, workers: int) -> tuple[float,
     return elapsed, int(str(row[0]))
 
 
+def load_average() -> str:
+    """The machine's load average (1, 5, 15 minutes): the figures depend on it."""
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _timed_sweep(conn: Connection, workers: int) -> tuple[float, int]:
+    """The clock's sweep to a real worker; (seconds until the sweep queue is empty, tenants
+    whose sweep completed meanwhile)."""
+    import dramatiq
+
+    from actors.sweep import sweep
+    from bench.tenants import _join
+    from tocsin.messaging.broker import current_broker
+
+    broker = current_broker()
+    since = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert since is not None
+    worker = dramatiq.Worker(broker, queues={"sweep"}, worker_threads=workers, worker_timeout=20)
+    worker.start()
+    try:
+        started = time.perf_counter()
+        sweep.send()
+        _join(broker, "sweep")
+        worker.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        worker.stop()
+    row = conn.execute(
+        "SELECT count(*) FROM control.completed_runs r JOIN control.tenants t ON t.id = r.tenant_id "
+        "WHERE starts_with(t.slug, %s) AND r.kind = 'sweep' AND r.completed_at >= %s",
+        [IDLE_PREFIX, since[0]]).fetchone()
+    assert row is not None
+    return elapsed, int(str(row[0]))
+
+
 _GRAND_TOTAL = re.compile(r"\[(\d+)\].*Grand total: (\d+) bytes")
 
 
@@ -376,7 +413,7 @@ def measure_idle_tenants(conn: Connection, count: int, clients: int, due_every: 
     set_status(conn, IDLE_PREFIX, "active")
     settings = runtime.settings()
     try:
-        say(f"(5a) today's tick: every one of the {count:,} tenants scanned ...")
+        say(f"(5a) today's tick: every one of the {count:,} tenants scanned (load {load_average()}) ...")
         first = _timed_tick(conn, IDLE_AS_OF, workers)  # no summary yet: every tenant
         say(f"    first tick ever (cold): {first[0]:.2f}s for {first[1]:,} tenants")
         _all_due(conn)
@@ -396,12 +433,18 @@ def measure_idle_tenants(conn: Connection, count: int, clients: int, due_every: 
         say(f"(5b) the tick two days later, {due:,} tenants with something due ...")
         due_tick = _timed_tick(conn, IDLE_AS_OF + timedelta(days=2), workers)
         say(f"    {due_tick[0]:.2f}s, {due_tick[1]:,} tenants scanned")
-        say("(5c) a tick with nothing due ...")
+        say(f"(5c) a tick with nothing due (load {load_average()}) ...")
         idle_tick = _timed_tick(conn, IDLE_AS_OF + timedelta(days=2, minutes=15), workers)
         say(f"    {idle_tick[0]:.3f}s, {idle_tick[1]:,} tenants scanned: "
             f"{1000 * idle_tick[0] / count:.4f} ms per idle tenant")
+        say("(5e) the sweep: every tenant (never swept, or the broker's marker missing), then "
+            "the next sweep with the summary ...")
+        sweeps = (_timed_sweep(conn, workers), _timed_sweep(conn, workers))
+        say(f"    every tenant: {sweeps[0][0]:.2f}s ({sweeps[0][1]:,} sweeps); the next: "
+            f"{sweeps[1][0]:.3f}s ({sweeps[1][1]:,} sweeps)")
         sample = tenants[:: max(1, count // 300)]
-        say(f"(5d) first scan against the floor, {len(sample)} tenants one after another ...")
+        say(f"(5d) first scan against the floor, {len(sample)} tenants one after another "
+            f"(load {load_average()}) ...")
         floor = postgres_floor(sample, IDLE_AS_OF + timedelta(days=2, hours=1))
         first_ms = _first_scans(sample, IDLE_AS_OF + timedelta(days=2, hours=1), workers)
         say(f"    run_scan {first_ms:.2f} ms per tenant on a fresh pool; the floor {floor[0]:.2f} ms "
@@ -410,7 +453,7 @@ def measure_idle_tenants(conn: Connection, count: int, clients: int, due_every: 
         boot.start(settings)
         set_status(conn, IDLE_PREFIX, "suspended")
     return IdleFigures(count, clients, due, created, full, retired, kept, due_tick, idle_tick,
-                       first_ms, floor[0])
+                       first_ms, floor[0], sweeps)
 
 
 def report_idle(f: IdleFigures) -> None:
@@ -422,14 +465,17 @@ def report_idle(f: IdleFigures) -> None:
     say()
     say(f"| {f.tenants:,} tenants x {f.clients_each} clients | value |")
     say("|---|---:|")
+    say(f"| load average at the end (1 / 5 / 15 min) | {load_average()} |")
     if f.created_seconds is not None:
-        say(f"| made and migrated (`tocsin migrate --jobs`) | {f.created_seconds:.0f}s, "
+        say(f"| made (one schema migrated, cloned for the others) | {f.created_seconds:.0f}s, "
             f"{1000 * f.created_seconds / f.tenants:.1f} ms per tenant |")
     say(f"| tick, every tenant scanned (today's tick) | {f.full_tick[0]:.2f}s ({f.full_tick[1]:,} scans) |")
     say(f"| tick, {f.due:,} tenants due, the summary's (goal < {GOAL_TICK_SECONDS:g} s) | "
         f"{f.due_tick[0]:.2f}s ({f.due_tick[1]:,} scans, {verdict(f.due_tick[0] < GOAL_TICK_SECONDS)}) |")
     say(f"| idle tenant per tick (goal <= {GOAL_IDLE_MS:g} ms) | {per_idle:.4f} ms "
         f"({f.idle_tick[0]:.3f}s for {f.tenants:,}, {verdict(per_idle <= GOAL_IDLE_MS)}) |")
+    say(f"| sweep, every tenant (no summary yet) | {f.sweeps[0][0]:.2f}s ({f.sweeps[0][1]:,} sweeps) |")
+    say(f"| the next sweep, the summary's | {f.sweeps[1][0]:.3f}s ({f.sweeps[1][1]:,} sweeps) |")
     say(f"| first scan against the floor (goal <= {GOAL_FIRST_SCAN_OVER_FLOOR:g}x) | "
         f"{f.first_scan_ms:.2f} ms / {f.floor_ms:.2f} ms = {ratio:.2f}x "
         f"({verdict(ratio <= GOAL_FIRST_SCAN_OVER_FLOOR)}) |")
