@@ -124,8 +124,11 @@ bench-portal: $(STAMP)
 bench-deliver: $(STAMP)
 	$(BIN)/python -m bench.deliver
 
+# TENANTS: part (5)'s tenants (10 clients each, 1 in 100 due); they are kept for the next
+# run (--keep), which then skips making them. BENCH_ARGS: more options (--only-idle, ...).
+TENANTS ?= 10000
 bench-tenants: $(STAMP)
-	$(BIN)/python -m bench.tenants
+	$(BIN)/python -m bench.tenants --idle $(TENANTS) --keep $(BENCH_ARGS)
 
 bench-rules: $(STAMP)
 	$(BIN)/python -m bench.rules_loading

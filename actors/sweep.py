@@ -22,13 +22,15 @@ from db.delivery.recovery import LeaseReport, ReconcileReport
 from db.delivery.sms_deliveries import sweep_sms
 from db.delivery.sweep import run_sweep
 from db.delivery.webhook_deliveries import sweep_webhooks
+from db.platform.next_work import tenants_due
 from db.platform.runs import fan_out_order
 from domain.liveness import RunKind
 from tocsin.core import runtime
+from tocsin.core.clock import utcnow
 from tocsin.messaging.broker import current_broker
 from tocsin.messaging.priority import BACKGROUND
 from tocsin.messaging.sweeper_marker import sweeper_marker
-from tocsin.monitoring.metrics import SWEEP_SECONDS
+from tocsin.monitoring.metrics import RUN_SUMMARY_MISSED, SWEEP_SECONDS
 
 __all__ = ["sweep", "sweep_tenant"]
 
@@ -61,19 +63,28 @@ def sweep_tenant(slug: str, messages_lost: bool = False) -> None:
                  "repaired=%d enqueued=%d alerts=%d", slug, r.leases.retried,
                  r.leases.unknown, r.leases.failed, r.reconciled.confirmed, r.reconciled.resent,
                  r.reconciled.held, r.repaired, r.enqueued, r.alerts_raised)
+    if r.summary_missed or (r.summary_said_idle and not messages_lost
+                            and (hooks.retried or hooks.failed or hooks.enqueued)):
+        RUN_SUMMARY_MISSED.labels("sweep").inc()
+        log.warning("tenant=%s: the next-work summary said no sweep was due, yet the sweep found "
+                    "work: something changed what sweeps read without marking the tenant due "
+                    "(db/platform/next_work.py)", slug)
 
 
 @dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=10 * 60_000,  # milliseconds
                  priority=BACKGROUND)
 def sweep() -> None:
-    """Fan out one sweep per active tenant, the tenants swept longest ago first
-    (db/platform/runs.py fan_out_order)."""
+    """Fan out one sweep per active tenant that can have work now, the tenants swept longest
+    ago first (db/platform/runs.py fan_out_order): those the next-work summary says are due,
+    and every tenant not swept for FULL_SCAN_HOURS (db/platform/next_work.py tenants_due).
+    When the broker lost its messages, every active tenant, everything due enqueued again."""
     marker = sweeper_marker(runtime.settings(), current_broker())
     lost = marker.missing()
     if lost:
         log.warning("the broker holds no sweeper marker (flushed, reset or restarted empty): "
                     "re-enqueueing all due work")
-    tenants = fan_out_order(RunKind.SWEEP)
+    tenants = (fan_out_order(RunKind.SWEEP) if lost
+               else tenants_due("sweep", utcnow(), runtime.settings().full_scan_hours))
     for slug in tenants:
         sweep_tenant.send(slug, lost)
     if lost:

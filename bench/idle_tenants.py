@@ -14,17 +14,24 @@ broker to a real Dramatiq worker in this process, timed until the scan queue is 
   (5d) a tenant's first scan (run_scan on a fresh pool, one tenant after another) against
        PostgreSQL's floor measured in the same run (bench/tenants.py postgres_floor).
 
-The tenants are kept between runs (``--keep``): made once (their schemas with `tocsin
-migrate --jobs`), their instant is fixed (IDLE_AS_OF), so a later run only resets their
-summary. Creating 10,000 schemas takes a while (tens of milliseconds each): progress is
-printed.
+The tenants are kept between runs (``--keep``): made once, their instant is fixed
+(IDLE_AS_OF), so a later run only resets their summary. Making them: the first tenant's
+schema is migrated (the real migrations, db/platform/migrations apply_tenant_migrations),
+dumped with pg_dump (its DDL and the rows its migrations wrote), and that dump, with the
+schema's name replaced, is run for every other tenant, a few tenants per transaction, on
+``jobs`` connections at once, their migration records copied: what `tocsin migrate` would
+have made, without planning and checking every migration 10,000 times (``--clone=no``
+makes them with `tocsin migrate --jobs` instead). Progress is printed.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -34,7 +41,7 @@ from pathlib import Path
 
 from psycopg import sql
 
-from bench.scan import TENANT_ZONES, BenchTenant, Connection, say
+from bench.scan import TENANT_ZONES, BenchTenant, Connection, connect, say
 from domain.people.identity import schema_for
 
 __all__ = ["IDLE_AS_OF", "IDLE_PREFIX", "IdleFigures", "measure_idle_tenants", "prepare_idle_tenants",
@@ -43,6 +50,7 @@ __all__ = ["IDLE_AS_OF", "IDLE_PREFIX", "IdleFigures", "measure_idle_tenants", "
 IDLE_PREFIX = "benchidle-"
 IDLE_AS_OF = datetime(2031, 3, 3, 9, 0, tzinfo=UTC)  # the first tick; fixed, so data is reused
 CHUNK = 250  # tenants per transaction when making or loading them
+CLONES_PER_TX = 5  # tenants' DDL per transaction when cloning (each holds ~500 locks)
 GOAL_TICK_SECONDS = 5.0
 GOAL_IDLE_MS = 0.1
 GOAL_FIRST_SCAN_OVER_FLOOR = 1.3
@@ -62,6 +70,7 @@ class IdleFigures:
     idle_tick: tuple[float, int]
     first_scan_ms: float
     floor_ms: float
+    sweeps: tuple[tuple[float, int], tuple[float, int]] = ((0.0, 0), (0.0, 0))  # every tenant, then idle
 
 
 def _tenants(conn: Connection, count: int) -> list[BenchTenant]:
@@ -100,7 +109,94 @@ def _durability_off(conn: Connection, embedded: bool) -> Iterator[None]:
         conn.execute("CHECKPOINT")
 
 
-def _make(conn: Connection, tenants: Sequence[BenchTenant], jobs: int) -> float:
+def _pg_dump() -> str:
+    """pg_dump of the embedded server's own version (pgserver's), else the one on PATH."""
+    try:
+        import pgserver
+
+        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
+        if bundled.exists():
+            return str(bundled)
+    except ImportError:
+        pass
+    found = shutil.which("pg_dump")
+    if found is None:
+        raise SystemExit("pg_dump not found: install PostgreSQL's client tools, or use --clone=no")
+    return found
+
+
+def _template_ddl(conn: Connection, template: str) -> str:
+    """The migrated ``template`` schema as SQL: its objects and the rows its migrations
+    wrote (as INSERTs, so the text runs as one multi-statement query)."""
+    from tocsin.core.settings import load_settings
+
+    done = subprocess.run([_pg_dump(), "--dbname", load_settings().database_url, "--schema", template,
+                           "--no-owner", "--no-privileges", "--inserts", "--no-comments"],
+                          stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"pg_dump of the template schema failed: exit {done.returncode}")
+    lines = [line for line in done.stdout.splitlines()
+             if not line.startswith(("--", "\\")) and "pg_catalog.set_config('search_path'" not in line]
+    return "\n".join(lines)
+
+
+def _clone(conn: Connection, tenants: Sequence[BenchTenant], jobs: int) -> None:
+    """The first tenant's schema migrated for real, then its dump run for every other one
+    (see the module's docstring), ``jobs`` connections at once."""
+    from db.platform.migrations import apply_tenant_migrations
+
+    template = tenants[0].schema
+    mark = time.perf_counter()
+    with conn.transaction():
+        apply_tenant_migrations(conn, template)
+    migrated = time.perf_counter() - mark
+    ddl = _template_ddl(conn, template)
+    say(f"    the first schema migrated in {migrated:.1f}s, dumped in "
+        f"{time.perf_counter() - mark - migrated:.1f}s ({len(ddl) // 1024} kB of SQL)")
+    # The dump names the template schema, quoted or not; every other name keeps its own.
+    create = f"CREATE SCHEMA {template};"
+    body = ddl.replace(create, "")
+    pattern = re.compile(rf"\b{re.escape(template)}\b")
+    versions = [str(r[0]) for r in conn.execute(
+        "SELECT version FROM control.schema_migrations WHERE schema_name = %s", [template])]
+    rest = list(tenants[1:])
+    made = [0]
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    started = time.perf_counter()
+
+    def work(part: Sequence[BenchTenant]) -> None:
+        try:
+            with connect() as own:
+                for first in range(0, len(part), CLONES_PER_TX):
+                    batch = part[first:first + CLONES_PER_TX]
+                    with own.transaction():
+                        own.execute(";\n".join(pattern.sub(t.schema, body) for t in batch))
+                        with own.cursor() as cur:
+                            cur.executemany(
+                                "INSERT INTO control.schema_migrations (schema_name, version) "
+                                "VALUES (%s, %s)", [(t.schema, v) for t in batch for v in versions])
+                    with lock:
+                        made[0] += len(batch)
+                        if made[0] % 1000 < CLONES_PER_TX:
+                            say(f"    cloned {made[0]:,}/{len(rest):,} schemas "
+                                f"({time.perf_counter() - started:.0f}s)")
+        except BaseException as error:  # reported by the caller's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(rest[n::jobs],)) for n in range(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    cloned = time.perf_counter() - started
+    say(f"    {len(rest):,} schemas cloned in {cloned:.0f}s, "
+        f"{1000 * cloned / max(1, len(rest)):.1f} ms per schema")
+
+
+def _make(conn: Connection, tenants: Sequence[BenchTenant], jobs: int, clone: bool = True) -> float:
     from tests.support.many_tenants import remove_tenants_like
 
     removed = remove_tenants_like(conn, IDLE_PREFIX)
@@ -117,6 +213,11 @@ def _make(conn: Connection, tenants: Sequence[BenchTenant], jobs: int) -> float:
                     [(t.slug, f"Tenant {t.slug}", t.schema, t.time_zone) for t in part])
             conn.execute(sql.SQL(" ").join(
                 sql.SQL("CREATE SCHEMA {};").format(sql.Identifier(t.schema)) for t in part))
+    if clone:
+        say(f"    {len(tenants):,} tenant rows and empty schemas in {time.perf_counter() - started:.0f}s; "
+            f"migrating the first and cloning it, {jobs} connections ...")
+        _clone(conn, tenants, jobs)
+        return time.perf_counter() - started
     say(f"    {len(tenants):,} tenant rows and empty schemas in {time.perf_counter() - started:.0f}s; "
         f"`tocsin migrate --jobs {jobs}` ...")
     tocsin = Path(sys.executable).parent / "tocsin"
@@ -199,6 +300,41 @@ def _timed_tick(conn: Connection, as_of: datetime, workers: int) -> tuple[float,
     return elapsed, int(str(row[0]))
 
 
+def load_average() -> str:
+    """The machine's load average (1, 5, 15 minutes): the figures depend on it."""
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _timed_sweep(conn: Connection, workers: int) -> tuple[float, int]:
+    """The clock's sweep to a real worker; (seconds until the sweep queue is empty, tenants
+    whose sweep completed meanwhile)."""
+    import dramatiq
+
+    from actors.sweep import sweep
+    from bench.tenants import _join
+    from tocsin.messaging.broker import current_broker
+
+    broker = current_broker()
+    since = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert since is not None
+    worker = dramatiq.Worker(broker, queues={"sweep"}, worker_threads=workers, worker_timeout=20)
+    worker.start()
+    try:
+        started = time.perf_counter()
+        sweep.send()
+        _join(broker, "sweep")
+        worker.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        worker.stop()
+    row = conn.execute(
+        "SELECT count(*) FROM control.completed_runs r JOIN control.tenants t ON t.id = r.tenant_id "
+        "WHERE starts_with(t.slug, %s) AND r.kind = 'sweep' AND r.completed_at >= %s",
+        [IDLE_PREFIX, since[0]]).fetchone()
+    assert row is not None
+    return elapsed, int(str(row[0]))
+
+
 _GRAND_TOTAL = re.compile(r"\[(\d+)\].*Grand total: (\d+) bytes")
 
 
@@ -250,7 +386,7 @@ def _first_scans(tenants: Sequence[BenchTenant], as_of: datetime, workers: int) 
 
 
 def prepare_idle_tenants(conn: Connection, count: int, clients: int, due_every: int, jobs: int,
-                         embedded: bool) -> tuple[list[BenchTenant], int, float | None]:
+                         embedded: bool, clone: bool = True) -> tuple[list[BenchTenant], int, float | None]:
     """Part (5)'s tenants, made and loaded, or kept from an earlier run: (tenants, how many
     have something due at (5b), seconds it took to make them or None when reused)."""
     tenants = _tenants(conn, count)
@@ -259,25 +395,25 @@ def prepare_idle_tenants(conn: Connection, count: int, clients: int, due_every: 
         return tenants, sum(1 for t in tenants if t.number % due_every == 0), None
     say(f"(5) {count:,} tenants x {clients} clients: making them (kept with --keep) ...")
     with _durability_off(conn, embedded):
-        created = _make(conn, tenants, jobs)
+        created = _make(conn, tenants, jobs, clone)
         say(f"    made in {created:.0f}s, {1000 * created / count:.1f} ms per tenant; loading ...")
         due = _load(conn, tenants, clients, due_every)
     return tenants, due, created
 
 
 def measure_idle_tenants(conn: Connection, count: int, clients: int, due_every: int,
-                         workers: int, jobs: int, log: Path | None) -> IdleFigures:
+                         workers: int, jobs: int, log: Path | None, clone: bool = True) -> IdleFigures:
     from bench.tenants import postgres_floor, set_status
     from tocsin import boot
     from tocsin.core import runtime
 
     tenants, due, created = prepare_idle_tenants(conn, count, clients, due_every, jobs,
-                                                 log is not None)
+                                                 log is not None, clone)
     _reset_summary(conn)
     set_status(conn, IDLE_PREFIX, "active")
     settings = runtime.settings()
     try:
-        say(f"(5a) today's tick: every one of the {count:,} tenants scanned ...")
+        say(f"(5a) today's tick: every one of the {count:,} tenants scanned (load {load_average()}) ...")
         first = _timed_tick(conn, IDLE_AS_OF, workers)  # no summary yet: every tenant
         say(f"    first tick ever (cold): {first[0]:.2f}s for {first[1]:,} tenants")
         _all_due(conn)
@@ -297,12 +433,18 @@ def measure_idle_tenants(conn: Connection, count: int, clients: int, due_every: 
         say(f"(5b) the tick two days later, {due:,} tenants with something due ...")
         due_tick = _timed_tick(conn, IDLE_AS_OF + timedelta(days=2), workers)
         say(f"    {due_tick[0]:.2f}s, {due_tick[1]:,} tenants scanned")
-        say("(5c) a tick with nothing due ...")
+        say(f"(5c) a tick with nothing due (load {load_average()}) ...")
         idle_tick = _timed_tick(conn, IDLE_AS_OF + timedelta(days=2, minutes=15), workers)
         say(f"    {idle_tick[0]:.3f}s, {idle_tick[1]:,} tenants scanned: "
             f"{1000 * idle_tick[0] / count:.4f} ms per idle tenant")
+        say("(5e) the sweep: every tenant (never swept, or the broker's marker missing), then "
+            "the next sweep with the summary ...")
+        sweeps = (_timed_sweep(conn, workers), _timed_sweep(conn, workers))
+        say(f"    every tenant: {sweeps[0][0]:.2f}s ({sweeps[0][1]:,} sweeps); the next: "
+            f"{sweeps[1][0]:.3f}s ({sweeps[1][1]:,} sweeps)")
         sample = tenants[:: max(1, count // 300)]
-        say(f"(5d) first scan against the floor, {len(sample)} tenants one after another ...")
+        say(f"(5d) first scan against the floor, {len(sample)} tenants one after another "
+            f"(load {load_average()}) ...")
         floor = postgres_floor(sample, IDLE_AS_OF + timedelta(days=2, hours=1))
         first_ms = _first_scans(sample, IDLE_AS_OF + timedelta(days=2, hours=1), workers)
         say(f"    run_scan {first_ms:.2f} ms per tenant on a fresh pool; the floor {floor[0]:.2f} ms "
@@ -311,7 +453,7 @@ def measure_idle_tenants(conn: Connection, count: int, clients: int, due_every: 
         boot.start(settings)
         set_status(conn, IDLE_PREFIX, "suspended")
     return IdleFigures(count, clients, due, created, full, retired, kept, due_tick, idle_tick,
-                       first_ms, floor[0])
+                       first_ms, floor[0], sweeps)
 
 
 def report_idle(f: IdleFigures) -> None:
@@ -323,14 +465,17 @@ def report_idle(f: IdleFigures) -> None:
     say()
     say(f"| {f.tenants:,} tenants x {f.clients_each} clients | value |")
     say("|---|---:|")
+    say(f"| load average at the end (1 / 5 / 15 min) | {load_average()} |")
     if f.created_seconds is not None:
-        say(f"| made and migrated (`tocsin migrate --jobs`) | {f.created_seconds:.0f}s, "
+        say(f"| made (one schema migrated, cloned for the others) | {f.created_seconds:.0f}s, "
             f"{1000 * f.created_seconds / f.tenants:.1f} ms per tenant |")
     say(f"| tick, every tenant scanned (today's tick) | {f.full_tick[0]:.2f}s ({f.full_tick[1]:,} scans) |")
     say(f"| tick, {f.due:,} tenants due, the summary's (goal < {GOAL_TICK_SECONDS:g} s) | "
         f"{f.due_tick[0]:.2f}s ({f.due_tick[1]:,} scans, {verdict(f.due_tick[0] < GOAL_TICK_SECONDS)}) |")
     say(f"| idle tenant per tick (goal <= {GOAL_IDLE_MS:g} ms) | {per_idle:.4f} ms "
         f"({f.idle_tick[0]:.3f}s for {f.tenants:,}, {verdict(per_idle <= GOAL_IDLE_MS)}) |")
+    say(f"| sweep, every tenant (no summary yet) | {f.sweeps[0][0]:.2f}s ({f.sweeps[0][1]:,} sweeps) |")
+    say(f"| the next sweep, the summary's | {f.sweeps[1][0]:.3f}s ({f.sweeps[1][1]:,} sweeps) |")
     say(f"| first scan against the floor (goal <= {GOAL_FIRST_SCAN_OVER_FLOOR:g}x) | "
         f"{f.first_scan_ms:.2f} ms / {f.floor_ms:.2f} ms = {ratio:.2f}x "
         f"({verdict(ratio <= GOAL_FIRST_SCAN_OVER_FLOOR)}) |")

@@ -349,6 +349,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="one tenant in this many has something due at (5b)'s tick (100)")
     parser.add_argument("--jobs", type=positive, default=os.cpu_count() or 1,
                         help="`tocsin migrate --jobs` when making part (5)'s tenants (one per CPU)")
+    parser.add_argument("--clone", choices=("yes", "no"), default="yes",
+                        help="make part (5)'s schemas by cloning one migrated schema (yes, the "
+                             "default) or with `tocsin migrate --jobs` (no)")
     parser.add_argument("--prepare-idle", action="store_true",
                         help="only make and load part (5)'s tenants, kept for later runs")
     parser.add_argument("--only-idle", action="store_true",
@@ -385,12 +388,13 @@ def run(args: argparse.Namespace, embedded: bool) -> None:
             say(f"Dropped {dropped} bench tenant(s) left by an earlier run")
         if args.prepare_idle:
             prepare_idle_tenants(conn, args.idle, args.idle_clients, args.idle_due_every,
-                                 args.jobs, embedded)
+                                 args.jobs, embedded, args.clone == "yes")
             args.keep = True
             return
         if args.idle:
             idle = measure_idle_tenants(conn, args.idle, args.idle_clients, args.idle_due_every,
-                                        args.workers, args.jobs, server_log(embedded))
+                                        args.workers, args.jobs, server_log(embedded),
+                                        args.clone == "yes")
             if args.only_idle:
                 say()
                 say("Markdown (for the docs)")

@@ -15,7 +15,13 @@ from zoneinfo import ZoneInfo
 from db.people.preferences import PRODUCT_PARAMS, RESOLVED_COLUMNS
 from db.platform.tenancy import TenantTx
 from domain.delivery.preferences import OPTED_OUT
-from domain.delivery.quiet_hours import DeliverySchedule, DigestDue, QuietHours, due_digest
+from domain.delivery.quiet_hours import (
+    DeliverySchedule,
+    DigestDue,
+    QuietHours,
+    due_digest,
+    next_digest_instant,
+)
 from domain.delivery.states import DELIVERY, Status
 from domain.notices.claims import CLAIM, ClaimStatus
 
@@ -29,6 +35,7 @@ __all__ = [
     "digest_email",
     "digest_items",
     "mark_digest_items_delivered",
+    "next_digest_at",
     "users_with_waiting_items",
 ]
 
@@ -166,6 +173,15 @@ def build_due_digests(tx: TenantTx, as_of: datetime) -> list[BuiltDigest]:
         if digest is not None:
             built.append(digest)
     return built
+
+
+def next_digest_at(tx: TenantTx, as_of: datetime) -> datetime | None:
+    """After the digests due by ``as_of`` were built: the first instant after it at which a
+    digest falls due in this tenant (the earliest digest time of a user with items still
+    waiting), None when no item waits (nothing falls due before one is batched). For the
+    next-work summary (db/platform/next_work.py)."""
+    return min((next_digest_instant(w.period, as_of, w.schedule) for w in users_with_waiting_items(tx)),
+               default=None)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
     The tenant's next instant is recorded in the next-work summary once this has committed
     (db/platform/next_work.py: a change committed meanwhile keeps the tenant due)."""
     visit = begin_scan_visit(slug, as_of)
-    with tenant_tx(slug) as tx:
+    with tenant_tx(slug, once_per_tick=True) as tx:
         mute_own_notes(tx)  # this scan's writes are in the instant it computes
         counts = claim_due_milestones(tx, as_of)
         time_counts = _time_rules_apart(tx, as_of)
@@ -68,6 +68,9 @@ def run_scan(slug: str, as_of: datetime) -> ScanReport:
         # that a scan costs one transaction (one tenant lookup, one commit), not two.
         record_completed(tx, RunKind.SCAN)
         next_at = next_scan_instant(tx, as_of)
+        # Nothing sent or announced: its commit need not wait for the WAL flush (what it
+        # wrote is redone by the next scan if a crash loses it).
+        tx.commit_unflushed_if_nothing_leaves()
     report = ScanReport(slug, counts, time_counts, prepared, len(to_send))
     if visit is None:
         return report

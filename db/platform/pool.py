@@ -90,15 +90,26 @@ _schemas_per_connection = SCHEMAS_PER_CONNECTION
 _touched: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[str]] = weakref.WeakKeyDictionary()
 
 
-def set_statement_scope(conn: psycopg.Connection[Any], schema: str | None) -> None:
+def set_statement_scope(conn: psycopg.Connection[Any], schema: str | None, *,
+                        prepared: bool = True) -> None:
     """Tag the statements ``conn`` runs from now on with ``schema`` (None: untagged). Set by
     db/platform/tenancy.py for the length of a tenant transaction; the schema name is a validated
-    identifier (domain/people/identity.py schema_for), so it cannot end the comment."""
+    identifier (domain/people/identity.py schema_for), so it cannot end the comment.
+
+    ``prepared=False``: the statements are not prepared at all (sent unnamed, planned once
+    each), for a transaction that reaches its schema once per tick (a scan, a sweep, a
+    digest build): a plan kept per schema would be evicted, or its connection retired,
+    before its next use, and preparing costs a round trip and backend memory of its own."""
     if schema is None:
         _scopes.pop(conn, None)
-    else:
+        conn.prepare_threshold = PREPARE_AFTER if _prepare else None
+        return
+    _touched.setdefault(conn, set()).add(schema)
+    if prepared:
         _scopes[conn] = f"\n/*{schema}*/".encode()
-        _touched.setdefault(conn, set()).add(schema)
+    else:
+        _scopes.pop(conn, None)
+        conn.prepare_threshold = None
 
 
 def schemas_touched(conn: psycopg.Connection[Any]) -> int:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 import psycopg
 from psycopg import sql
 
-from db.platform.effects import C, Effect, carry_out, merged
+from db.platform.effects import C, Collected, Effect, carry_out, merged
 from db.platform.errors import NotMigrated
 from db.platform.migrations import apply_tenant_migrations, ensure_control_schema
 from db.platform.pool import connection, set_statement_scope
@@ -63,6 +63,18 @@ class TenantTx:
         """Carry out ``effect`` once this transaction has committed; never if it rolls back."""
         self.effects.append(effect)
 
+    def commit_unflushed_if_nothing_leaves(self) -> bool:
+        """For a run whose every write is derived from rows already durable and redone by
+        the next run if lost (a scan, a sweep): when no effect asked for so far carries
+        anything (no email, message or announcement will name what it wrote), its COMMIT
+        returns without waiting for the WAL flush (synchronous_commit off, transaction-local).
+        A crash can then lose it whole, and nothing outside PostgreSQL acted on it; the next
+        run does it again. True when it was switched off. Call it last in the block."""
+        if not all(_carries_nothing(e) for e in self.effects):
+            return False
+        self.conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
+        return True
+
     def pending(self, kind: type[C]) -> C | None:
         """The effects of ``kind`` asked for so far, merged (None when there are none)."""
         return merged(self.effects, kind)
@@ -85,6 +97,16 @@ class TenantTx:
         except BaseException:
             del self.effects[mark:]
             raise
+
+
+def _carries_nothing(effect: Effect) -> bool:
+    """A data effect whose lists are all empty (SendEmails([]) from a scan that found
+    nothing to send); a plain callable, or an effect without fields (a signal), carries
+    something."""
+    if not isinstance(effect, Collected) or not is_dataclass(effect):
+        return False
+    names = [f.name for f in fields(effect)]
+    return bool(names) and not any(getattr(effect, name) for name in names)
 
 
 _TENANT_COLUMNS = "id, slug, name, schema_name, time_zone, status, unknown_outcome_policy"
@@ -180,7 +202,8 @@ def get_tenant(slug: str) -> Tenant:
 
 
 @contextmanager
-def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False) -> Iterator[TenantTx]:
+def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False,
+              once_per_tick: bool = False) -> Iterator[TenantTx]:
     """A transaction scoped to one tenant.
 
     The schema comes from control.tenants, never from the caller, and search_path is set
@@ -202,6 +225,9 @@ def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False)
     key. Nothing outside PostgreSQL acts on it before it is flushed: whatever a later
     transaction commits durably (a claim's preparation, its inbox rows and deliveries) flushes
     the WAL up to its own commit, and so this one's with it.
+
+    ``once_per_tick`` is for a run that reaches its tenant once per tick (a scan, a sweep, a
+    digest build): its statements are not prepared (db/platform/pool.py set_statement_scope).
     """
     valid_slug(slug)
     with connection() as conn:
@@ -217,7 +243,7 @@ def tenant_tx(slug: str, *, generic_plans: bool = False, redoable: bool = False)
             if row is None:
                 raise NotFound(f"unknown tenant {slug!r}")
             tx = TenantTx(conn, _tenant(row))
-            set_statement_scope(conn, tx.tenant.schema)
+            set_statement_scope(conn, tx.tenant.schema, prepared=not once_per_tick)
             yield tx
         except BaseException:
             # The block failed (or the lookup did): nothing it wrote stays. A broken

@@ -110,7 +110,9 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
     "FULL_SCAN_HOURS": SettingDoc(
         "Hours after which a tick scans a tenant even though the next-work summary says "
         "nothing is due there (the full pass; work it finds is counted as "
-        "`tocsin_scan_summary_missed_total` and logged as a warning). Fractions allowed.",
+        "`tocsin_scan_summary_missed_total` and logged as a warning); the same for the sweep "
+        "and the digest tick (counted as `tocsin_run_summary_missed_total{kind}`). "
+        "Fractions allowed.",
     ),
     "DELIVERY_LEASE_SECONDS": SettingDoc("Seconds a worker owns a delivery it is sending."),
     "TOCSIN_HOME": SettingDoc(

@@ -83,6 +83,10 @@ SCAN_SUMMARY_MISSED = Counter(
     "tocsin_scan_summary_missed_total",
     "Scans that found work where the next-work summary said none was due (goal: 0).",
     registry=WORKER_REGISTRY)
+RUN_SUMMARY_MISSED = Counter(
+    "tocsin_run_summary_missed_total",
+    "Sweeps and digest builds that found work where the next-work summary said none was due, "
+    "by kind (goal: 0).", ["kind"], registry=WORKER_REGISTRY)
 SWEEP_SECONDS = Histogram(
     "tocsin_sweep_duration_seconds", "One tenant's sweep, from start to its completion record (seconds).",
     buckets=RUN_BUCKETS, registry=WORKER_REGISTRY)
