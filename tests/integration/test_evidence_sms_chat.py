@@ -28,7 +28,8 @@ AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
 
 def _kinds(tenant: Tenant, prefix: str) -> Counter[str]:
     with tenant_tx(tenant.slug) as tx:
-        rows = tx.conn.execute("SELECT kind FROM evidence_chain WHERE kind LIKE %s", [f"{prefix}%"]).fetchall()
+        rows = tx.conn.execute("SELECT kind FROM evidence_chain WHERE kind LIKE %s",
+                               [f"{prefix}%"]).fetchall()
     return Counter(str(r[0]) for r in rows)
 
 
@@ -73,7 +74,8 @@ def test_sent_and_refused_texts_are_chained_and_an_edited_or_deleted_sms_attempt
         tx.conn.execute("UPDATE sms_attempts SET called_at = called_at - interval '1 hour' WHERE id = %s",
                         [sent])
     [said] = _breaks(tenant)
-    assert said.startswith(f"sequence {_seq(tenant, 'sms_attempt', sent)}, sms_attempts {sent}: called_at is '")
+    seq = _seq(tenant, "sms_attempt", sent)
+    assert said.startswith(f"sequence {seq}, sms_attempts {sent}: called_at is '"), said
     assert "the chain says '" in said
 
     with tenant_tx(tenant.slug) as tx:  # with the triggers off, the price kept made a refund
@@ -89,7 +91,8 @@ def test_sent_and_refused_texts_are_chained_and_an_edited_or_deleted_sms_attempt
         tx.conn.execute("UPDATE sms_attempts SET cost = 0.01 WHERE id = %s", [sent])
         tx.conn.execute("DELETE FROM sms_attempts WHERE id = %s", [refused])
     assert _breaks(tenant) == [
-        f"sequence {_seq(tenant, 'sms_attempt', refused)}, sms_attempts {refused}: the row is missing (deleted)"]
+        f"sequence {_seq(tenant, 'sms_attempt', refused)}, sms_attempts {refused}: "
+        "the row is missing (deleted)"]
 
 
 def test_retried_chat_attempts_are_chained_and_an_edited_or_deleted_chat_attempt_is_named(
@@ -117,7 +120,8 @@ def test_retried_chat_attempts_are_chained_and_an_edited_or_deleted_chat_attempt
     assert kinds["chat_delivery"] == 1 and kinds["chat_attempt"] == 3
     assert kinds["chat_attempt_outcome"] == 3 and kinds["chat_delivery_status"] >= 4
     # The person's own webhook URL (a secret) is not in the chain.
-    assert scalar(tenant, "SELECT count(*) FROM evidence_chain WHERE payload LIKE %s", "%/services/T1/B1/own%") == 0
+    assert scalar(tenant, "SELECT count(*) FROM evidence_chain WHERE payload LIKE %s",
+                  "%/services/T1/B1/own%") == 0
 
     first = int(scalar(tenant, "SELECT id FROM chat_attempts WHERE attempt_no = 1"))
     last = int(scalar(tenant, "SELECT id FROM chat_attempts WHERE attempt_no = 3"))
@@ -125,7 +129,8 @@ def test_retried_chat_attempts_are_chained_and_an_edited_or_deleted_chat_attempt
         tx.conn.execute("UPDATE chat_attempts SET called_at = called_at - interval '1 hour' WHERE id = %s",
                         [first])
     [said] = _breaks(tenant)
-    assert said.startswith(f"sequence {_seq(tenant, 'chat_attempt', first)}, chat_attempts {first}: called_at is '")
+    seq = _seq(tenant, "chat_attempt", first)
+    assert said.startswith(f"sequence {seq}, chat_attempts {first}: called_at is '"), said
 
     with tenant_tx(tenant.slug) as tx:  # with the triggers off, the failure made a success
         tx.conn.execute("SET LOCAL session_replication_role = replica")
