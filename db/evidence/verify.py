@@ -132,6 +132,21 @@ SOURCES: tuple[Source, ...] = (
         SELECT id::text, attempt_no, {_t("called_at")}, claim_token::text AS claim_token, delivery_id,
                {_t("ended_at")}, id, latency_ms, outcome, {_t("started_at")}, status_code
         FROM webhook_attempts WHERE (called_at IS NOT NULL OR ended_at IS NOT NULL)"""),
+    # tenant migration 0058: texts and chat messages as webhooks (no phone number, URL or text).
+    Source("sms_deliveries", f"""
+        SELECT id::text, {_t("created_at")}, id, notification_id, status
+        FROM sms_deliveries"""),
+    Source("sms_attempts", f"""
+        SELECT id::text, attempt_no, {_t("called_at")}, claim_token::text AS claim_token, cost::text AS cost,
+               delivery_id, {_t("ended_at")}, id, outcome, provider_message_id, segments, {_t("started_at")}
+        FROM sms_attempts WHERE (called_at IS NOT NULL OR ended_at IS NOT NULL)"""),
+    Source("chat_deliveries", f"""
+        SELECT id::text, channel, {_t("created_at")}, critical, id, ledger_id, recipient_user_id, status
+        FROM chat_deliveries"""),
+    Source("chat_attempts", f"""
+        SELECT id::text, attempt_no, {_t("called_at")}, claim_token::text AS claim_token, delivery_id,
+               {_t("ended_at")}, id, latency_ms, outcome, {_t("started_at")}, status_code
+        FROM chat_attempts WHERE (called_at IS NOT NULL OR ended_at IS NOT NULL)"""),
 )
 
 

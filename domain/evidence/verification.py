@@ -49,6 +49,14 @@ FACT_KINDS: dict[str, FactKind] = {k.name: k for k in (
     FactKind("webhook_delivery_status", "webhook_deliveries", False),
     FactKind("webhook_attempt", "webhook_attempts", True),
     FactKind("webhook_attempt_outcome", "webhook_attempts", False),
+    FactKind("sms_delivery", "sms_deliveries", True),
+    FactKind("sms_delivery_status", "sms_deliveries", False),
+    FactKind("sms_attempt", "sms_attempts", True),
+    FactKind("sms_attempt_outcome", "sms_attempts", False),
+    FactKind("chat_delivery", "chat_deliveries", True),
+    FactKind("chat_delivery_status", "chat_deliveries", False),
+    FactKind("chat_attempt", "chat_attempts", True),
+    FactKind("chat_attempt_outcome", "chat_attempts", False),
 )}
 
 
