@@ -137,7 +137,8 @@ def test_without_a_brand_the_header_shows_the_tenants_name_and_tocsins_colour(
     assert re.search(r'<html lang="en" dir="ltr">', page)
 
 
-def test_a_refused_form_field_is_explained_in_the_readers_language(portal: PortalClient, people: People) -> None:
+def test_a_refused_form_field_is_explained_in_the_readers_language(
+        portal: PortalClient, people: People) -> None:
     # The domain's refusals are catalog messages: the preference centre and the texts page
     # say what to change in German to a German reader, with what they typed in it.
     signed_in(portal, people, people.client_user)
