@@ -52,6 +52,7 @@ FROM webhook_deliveries
 
 _SMS = """
 SELECT (SELECT count(*) FROM sms_numbers n JOIN sms_preferences p ON p.user_id = n.user_id AND p.sms),
+       (SELECT count(*) FROM sms_numbers),
        count(*) FILTER (WHERE status = 'accepted' AND accepted_at > now() - interval '24 hours'),
        count(*) FILTER (WHERE status IN ('failed', 'unknown') AND updated_at > now() - interval '24 hours'),
        count(*) FILTER (WHERE status IN ('pending', 'deferred', 'sending'))
@@ -60,12 +61,14 @@ FROM sms_deliveries
 
 
 def sms_health(tx: TenantTx) -> ChannelHealth:
-    """Texts: on once anyone has a number and a category turned on."""
-    row = tx.conn.execute(_SMS).fetchone() or (0, 0, 0, 0)
-    people, sent, failed, waiting = (int(str(v)) for v in row)
-    return ChannelHealth(Channel.SMS, people > 0, sent, failed, waiting,
-                         f"{people} choice{'' if people == 1 else 's'} of a number and a category; "
-                         "capped per month.")
+    """Texts: on once anyone has a number (a rule naming sms texts them; people also turn
+    texts on per category)."""
+    row = tx.conn.execute(_SMS).fetchone() or (0, 0, 0, 0, 0)
+    people, numbers, sent, failed, waiting = (int(str(v)) for v in row)
+    return ChannelHealth(Channel.SMS, numbers > 0, sent, failed, waiting,
+                         f"{numbers} number{'' if numbers == 1 else 's'}, {people} choice"
+                         f"{'' if people == 1 else 's'} of a category; rules naming sms text every "
+                         "recipient with a number; capped per month.")
 
 
 def channel_health(tx: TenantTx) -> list[ChannelHealth]:

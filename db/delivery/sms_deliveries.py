@@ -32,6 +32,7 @@ from domain.delivery.sms import (
     OPTED_OUT_AT_PROVIDER,
     SmsRecipient,
     cost_of,
+    effective_cap,
     segments,
     sms_decision,
     sms_text,
@@ -86,22 +87,26 @@ _QUEUE = """
 INSERT INTO sms_deliveries (notification_id, enqueued_at)
 SELECT n.id, now()
 FROM notifications n
-JOIN sms_preferences sp ON sp.user_id = n.recipient_user_id AND sp.category = n.category AND sp.sms
 JOIN sms_numbers p ON p.user_id = n.recipient_user_id
-WHERE n.ledger_id = ANY(%(ledger_ids)s)
+LEFT JOIN sms_preferences sp ON sp.user_id = n.recipient_user_id AND sp.category = n.category
+WHERE n.ledger_id = ANY(%(ledger_ids)s) AND (sp.sms OR n.data ->> 'sms' = 'true')
 ORDER BY n.id
 ON CONFLICT (notification_id) DO NOTHING
 RETURNING id
 """
 
 
-def queue_notice_sms(tx: TenantTx, ledger_ids: list[int]) -> list[int]:
-    """One text per notification of these claims whose recipient turned texts on for its
-    category and gave a number, in the transaction that writes the notices; a claim
-    prepared twice queues nothing more. Whether it goes now is decided when it is claimed."""
+def queue_notice_sms(tx: TenantTx, ledger_ids: list[int], *, rule_chose: bool = False) -> list[int]:
+    """One text per notification of these claims whose recipient gave a number and either
+    turned texts on for its category or got it from a rule naming sms (``rule_chose``; the
+    notice's data says ``sms``: the rule's choice stands in for the person's per category,
+    while the STOP list, the provider's opt-outs, the cap and quiet hours still hold), in
+    the transaction that writes the notices; a claim prepared twice queues nothing more.
+    Whether it goes now is decided when it is claimed."""
     if not ledger_ids:
         return []
-    if tx.conn.execute("SELECT 1 FROM sms_preferences WHERE sms LIMIT 1").fetchone() is None:
+    if not rule_chose and tx.conn.execute(
+            "SELECT 1 FROM sms_preferences WHERE sms LIMIT 1").fetchone() is None:
         return []  # the usual case: nobody in the tenant takes texts
     ids = sorted(int(str(r[0])) for r in tx.conn.execute(_QUEUE, {"ledger_ids": ledger_ids}))
     if ids:
@@ -112,7 +117,8 @@ def queue_notice_sms(tx: TenantTx, ledger_ids: list[int]) -> list[int]:
 # --- the claim ---------------------------------------------------------------------------
 
 _LOCK_DUE = """
-SELECT d.id, u.deactivated_at IS NOT NULL, l.status, p.phone, coalesce(sp.sms, false),
+SELECT d.id, u.deactivated_at IS NOT NULL, l.status, p.phone,
+       coalesce(sp.sms, false) OR coalesce(n.data ->> 'sms' = 'true', false),
        o.phone IS NOT NULL,
        coalesce(n.data ->> 'critical' = 'true', false) OR coalesce(cd.critical, false),
        quiet_hours_end(%(now)s, coalesce(u.time_zone, %(tenant_zone)s), s.quiet_start, s.quiet_end),
@@ -214,8 +220,9 @@ class Marked:
 def mark_called(slug: str, claim: ClaimedSms, price_per_segment: Decimal, cap: Decimal) -> Marked:
     """Committed right before the publish: the month's spend read under a per-tenant lock
     (two workers cannot both take the last of the budget), the text refused when it would
-    pass the cap, else its price reserved and the attempt marked called. The month is the
-    database clock's calendar month in UTC, the clock that stamps called_at."""
+    pass the cap (the tenant's own, never above ``cap``, the operator's), else its price
+    reserved and the attempt marked called. The month is the database clock's calendar
+    month in UTC, the clock that stamps called_at."""
     cost = cost_of(claim.text, price_per_segment)
     with tenant_tx(slug) as tx:
         tx.conn.execute("SELECT pg_advisory_xact_lock(hashtext('tocsin.sms_spend.' || %s))",
@@ -233,6 +240,8 @@ def mark_called(slug: str, claim: ClaimedSms, price_per_segment: Decimal, cap: D
             GROUP BY m.start
             """).fetchone()
         assert spent_row is not None
+        own = tx.conn.execute("SELECT cap FROM sms_spend_cap").fetchone()
+        cap = effective_cap(None if own is None else Decimal(str(own[0])), cap)
         refusal = spend_refusal(Decimal(str(spent_row[0])), cost, cap, str(spent_row[1]))
         if refusal is not None:
             _end(tx, claim, Status.CANCELLED, "cancelled", refusal)

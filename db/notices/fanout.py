@@ -103,6 +103,7 @@ SELECT DISTINCT 'claim', ledger_id FROM notified
 def write_notices(
     tx: TenantTx, statement: str, params: dict[str, object], *, category: str, now: datetime | None,
     critical: bool = False, in_app: bool = True, email: bool = True, chat: tuple[str, ...] = (),
+    sms: bool = False,
 ) -> NoticesWritten:
     """Run a notify_statement with the parameters every caller shares; record the users
     whose inbox gained a row for the live push once ``tx`` commits."""
@@ -128,8 +129,9 @@ def write_notices(
     queue_notice_webhooks(tx, claims)
     # Slack and Teams, when the rule names them (``chat``) and the tenant enabled them.
     queue_chat_deliveries(tx, claims, list(chat), category=category, critical=critical, now=now)
-    # Texts to those who turned SMS on for the category (decided again when each is claimed).
-    queue_notice_sms(tx, claims)
+    # Texts to those who turned SMS on for the category, or to every recipient with a number
+    # when the rule names sms (``sms``; decided again when each is claimed).
+    queue_notice_sms(tx, claims, rule_chose=sms)
     return NoticesWritten(users, sorted(int(str(r[1])) for r in rows if r[0] == "email"))
 
 

@@ -237,13 +237,15 @@ def _prepare(tx: TenantTx, claim: _Claim, definition: object, facts: dict[str, o
     }
     if critical:
         data["critical"] = True  # read again at send time (db/delivery/deliveries.py)
+    if "sms" in channels:
+        data["sms"] = True  # the rule's choice of texts, read when each is queued and claimed
     written = write_notices(
         tx, _RULE_NOTIFY,
         {"ledger_id": claim.ledger_id, "user_ids": users, "title": title, "body": body,
          "data": json.dumps(data)},
         category=category, now=now, critical=critical,
         in_app="in_app" in channels, email="email" in channels,
-        chat=tuple(str(c) for c in channels if c in ("slack", "teams")),
+        chat=tuple(str(c) for c in channels if c in ("slack", "teams")), sms="sms" in channels,
     )
     return len(written.inbox_users), written.emails_due
 

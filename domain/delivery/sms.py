@@ -15,18 +15,25 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from domain.delivery.preferences import SendCheck
 from domain.delivery.states import ErrorClass
+from domain.errors import InvalidInput
+from domain.messages import N_
 
 __all__ = [
+    "CAP_ABOVE_CEILING",
+    "CAP_MALFORMED",
+    "CAP_NEGATIVE",
     "MAX_SEGMENTS",
     "OPTED_OUT_AT_PROVIDER",
     "SMS_OFF",
     "SmsRecipient",
     "classify_sns_error",
     "cost_of",
+    "effective_cap",
     "segments",
     "sms_decision",
     "sms_text",
     "spend_refusal",
+    "tenant_cap",
 ]
 
 # The GSM 03.38 default alphabet; the extension characters count twice (escape + char).
@@ -81,6 +88,33 @@ def spend_refusal(spent: Decimal, cost: Decimal, cap: Decimal, month: str) -> st
         return None
     return (f"monthly SMS spend cap reached: {spent:.2f} of {cap:.2f} spent in {month}, "
             f"and this text costs {cost:.4f}")
+
+
+CAP_MALFORMED = N_("The cap must be an amount such as 25 or 12.50.")
+CAP_NEGATIVE = N_("The cap cannot be negative.")
+CAP_ABOVE_CEILING = N_("The cap cannot be above the most this installation allows (shown under the field).")
+
+
+def tenant_cap(typed: str, ceiling: Decimal) -> Decimal:
+    """The monthly cap a tenant's administrator typed, checked against the operator's
+    ceiling (SMS_MONTHLY_SPEND_CAP); InvalidInput says what is wrong (a message id the
+    portal translates)."""
+    try:
+        cap = Decimal(typed.strip())
+    except ArithmeticError:
+        raise InvalidInput(CAP_MALFORMED) from None
+    if not cap.is_finite():
+        raise InvalidInput(CAP_MALFORMED)
+    if cap < 0:
+        raise InvalidInput(CAP_NEGATIVE)
+    if cap > ceiling:
+        raise InvalidInput(CAP_ABOVE_CEILING)
+    return cap.quantize(Decimal("0.01"), ROUND_HALF_UP)
+
+
+def effective_cap(tenant: Decimal | None, ceiling: Decimal) -> Decimal:
+    """The cap a text is checked against: the tenant's own, never above the operator's."""
+    return ceiling if tenant is None else min(tenant, ceiling)
 
 
 @dataclass(frozen=True)

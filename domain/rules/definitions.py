@@ -67,6 +67,7 @@ __all__ = [
 KINDS = ("created", "updated", "time")
 CHANNELS = ("email", "in_app",
             "slack", "teams",  # sent only where the tenant enabled them (db/delivery/chat_channels.py)
+            "sms",  # texted to recipients with a number who have not STOPped (db/delivery/sms_deliveries.py)
             )
 CATEGORIES = ("case_alert", "case_update")  # of event rules
 TIME_CATEGORIES = ("obligation_due", "case_alert", "case_update")

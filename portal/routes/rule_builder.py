@@ -19,6 +19,7 @@ from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_422_UNPROCESSABLE_ENT
 
 from db.delivery.chat_channels import enabled_chat_channels
 from db.events.products import Product, list_products
+from db.people.sms_settings import sms_available
 from db.platform.tenancy import TenantTx, tenant_tx
 from db.rules.definitions import Rule, create_rule, get_rule, update_rule
 from db.rules.template_preview import preview_templates
@@ -207,8 +208,9 @@ def _kinds() -> tuple[str, ...]:
 
 def _offered_channels(tx: TenantTx, chosen: list[str]) -> list[str]:
     """The channels a rule may name here: email and the inbox always, Slack and Teams once
-    the tenant enabled them (and any the rule names already, so that editing keeps them)."""
-    enabled = {str(c) for c in enabled_chat_channels(tx)}
+    the tenant enabled them, texts once someone gave a mobile number (and any the rule names
+    already, so that editing keeps them)."""
+    enabled = {str(c) for c in enabled_chat_channels(tx)} | ({"sms"} if sms_available(tx) else set())
     return [c for c in CHANNELS if c in ("email", "in_app") or c in enabled or c in chosen]
 
 

@@ -6,6 +6,7 @@ db/delivery/webhook_endpoints.py and db/delivery/webhook_deliveries.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Annotated
 
 from litestar import get, post
@@ -13,7 +14,7 @@ from litestar.enums import RequestEncodingType
 from litestar.params import Body, FromPath, QueryParameter
 from litestar.plugins.htmx import HTMXRequest
 from litestar.response import Redirect, Template
-from litestar.status_codes import HTTP_303_SEE_OTHER
+from litestar.status_codes import HTTP_303_SEE_OTHER, HTTP_422_UNPROCESSABLE_ENTITY
 
 from db.delivery.channel_health import channel_health
 from db.delivery.inbox import unread_count
@@ -26,6 +27,7 @@ from db.delivery.webhook_endpoints import (
     list_endpoints,
     rotate_secret,
 )
+from db.people.sms_settings import month_spend, set_spend_cap
 from db.platform.tenancy import tenant_tx
 from domain.delivery.webhooks import EVENT_KINDS, TEST_EVENT
 from domain.errors import Forbidden, InvalidInput
@@ -39,6 +41,7 @@ __all__ = [
     "DONE",
     "ROUTES",
     "EndpointForm",
+    "SpendCapForm",
     "add_endpoint",
     "channels",
     "disable",
@@ -46,6 +49,7 @@ __all__ = [
     "endpoint_page",
     "redeliver_delivery",
     "rotate",
+    "save_sms_cap",
     "send_test",
     "webhooks",
 ]
@@ -84,18 +88,52 @@ def webhooks(request: HTMXRequest, viewer: CurrentViewer,
         "allow_http": app_settings(request).webhook_allow_private})
 
 
-@get("/channels", sync_to_thread=True)
-def channels(viewer: CurrentViewer,
-             done: Annotated[str | None, QueryParameter(max_length=20)] = None) -> Template:
-    """Every channel with its health: what it delivered and failed in 24 hours, what waits;
-    Slack and Teams with their switch, channel URL and breaker (portal/routes/chat.py)."""
-    _admin(viewer)
+def _channels_page(request: HTMXRequest, viewer: Viewer, *, done: str | None = None,
+                   cap_typed: str | None = None, cap_error: str | None = None,
+                   status_code: int = 200) -> Template:
     with tenant_tx(viewer.tenant.slug) as tx:
         health = channel_health(tx)
         chat = channels_page_context(tx)
+        spend = month_spend(tx, _ceiling(request))
         unread = unread_count(tx, viewer.user.id)
-    return Template("channels.html", context={"viewer": viewer, "unread": unread, "section": "webhooks",
-                                              "channels": health, "done": done, **chat})
+    return Template("channels.html", status_code=status_code, context={
+        "viewer": viewer, "unread": unread, "section": "webhooks", "channels": health, "done": done,
+        "sms_spend": spend, "cap_typed": cap_typed, "cap_error": cap_error, **chat})
+
+
+def _ceiling(request: HTMXRequest) -> Decimal:
+    """The operator's SMS_MONTHLY_SPEND_CAP: each tenant's default and the most it may set."""
+    return Decimal(str(app_settings(request).sms_monthly_spend_cap))
+
+
+@get("/channels", sync_to_thread=True)
+def channels(request: HTMXRequest, viewer: CurrentViewer,
+             done: Annotated[str | None, QueryParameter(max_length=20)] = None) -> Template:
+    """Every channel with its health: what it delivered and failed in 24 hours, what waits;
+    Slack and Teams with their switch, channel URL and breaker (portal/routes/chat.py); texts
+    with this month's spend and the tenant's own cap."""
+    _admin(viewer)
+    return _channels_page(request, viewer, done=done)
+
+
+@dataclass
+class SpendCapForm:
+    cap: str = ""
+
+
+@post("/channels/sms/cap", sync_to_thread=True)
+def save_sms_cap(request: HTMXRequest, viewer: CurrentViewer,
+                 data: Annotated[SpendCapForm, Form]) -> Redirect | Template:
+    """The tenant's own monthly SMS spend cap; a negative one, or one above the operator's,
+    is refused next to the field."""
+    _admin(viewer)
+    try:
+        with tenant_tx(viewer.tenant.slug) as tx:
+            set_spend_cap(tx, data.cap, _ceiling(request))
+    except InvalidInput as error:
+        return _channels_page(request, viewer, cap_typed=data.cap[:20], cap_error=str(error),
+                              status_code=HTTP_422_UNPROCESSABLE_ENTITY)
+    return Redirect("/channels?done=sms_cap#sms-cap", status_code=HTTP_303_SEE_OTHER)
 
 
 @get("/webhooks/{endpoint_id:int}", sync_to_thread=True)
@@ -177,5 +215,5 @@ def redeliver_delivery(viewer: CurrentViewer, endpoint_id: FromPath[int],
     return Redirect(f"/webhooks/{endpoint_id}?done=redelivered", status_code=HTTP_303_SEE_OTHER)
 
 
-ROUTES = [channels, webhooks, endpoint_page, add_endpoint, send_test, rotate, disable, enable,
+ROUTES = [channels, save_sms_cap, webhooks, endpoint_page, add_endpoint, send_test, rotate, disable, enable,
           redeliver_delivery]

@@ -445,6 +445,8 @@ ROUTES: dict[str, tuple[Exercise, str]] = {
         lambda w: w.post("/preferences/texts/category", w.as_admin(), category="report_ready", sms="on"),
         "sms.category"),
     "POST /preferences/texts/stop": (_stop_texts, "sms.stop"),
+    "POST /channels/sms/cap": (
+        lambda w: w.post("/channels/sms/cap", w.as_admin(), cap="20"), "sms.spend_cap"),
     "POST /channels/email-failover": (
         lambda w: w.post("/channels/email-failover", w.as_admin(), on_5xx="on", run_of_5xx="3",
                          throttled_minutes="15"), "email_failover.save"),

@@ -6,6 +6,7 @@ channels; bad URLs get a message."""
 
 from __future__ import annotations
 
+from db.people.sms_settings import save_phone
 from db.people.users import create_user
 from db.platform.tenancy import tenant_tx
 from domain.people.identity import Role
@@ -93,3 +94,45 @@ def test_the_defaults_page_and_the_rule_builder_offer_only_enabled_chat_channels
     assert _post(portal, "/preferences/defaults/case_alert/chat", "/preferences/defaults") == 303
     assert scalar(people.tenant, "SELECT enabled FROM chat_category_defaults WHERE category = 'case_alert' "
                                  "AND channel = 'teams'") is False
+
+
+def test_the_rule_builder_offers_texts_once_someone_gave_a_mobile_number(
+    portal: PortalClient, people: People,
+) -> None:
+    add_product(people.tenant)
+    signed_in(portal, people, people.admin)
+    assert 'value="sms"' not in portal.get("/rules/new?product=fraud").text
+    with tenant_tx(people.tenant.slug) as tx:
+        save_phone(tx, people.admin.id, "+447400123456")
+    builder = portal.get("/rules/new?product=fraud").text
+    assert 'name="channels" value="sms"' in builder and "Text message (SMS)" in builder
+
+
+def test_an_admin_sets_the_tenants_sms_cap_beside_this_months_spend_and_a_bad_one_is_refused(
+    portal: PortalClient, people: People,
+) -> None:
+    signed_in(portal, people, people.admin)
+    page = portal.get("/channels").text
+    assert 'id="sms-cap"' in page and "of a cap of 50.00" in page and "at most 50.00" in page
+    token = csrf_token(page)
+    for typed, says in (("-5", "cannot be negative"), ("50.5", "cannot be above")):
+        refused = portal.post("/channels/sms/cap", data={"_csrf_token": token, "cap": typed},
+                              follow_redirects=False)
+        assert refused.status_code == 422 and says in refused.text
+    assert scalar(people.tenant, "SELECT count(*) FROM sms_spend_cap") == 0
+    assert _post(portal, "/channels/sms/cap", "/channels", cap="12.5") == 303
+    saved = portal.get("/channels?done=sms_cap").text
+    assert "Monthly SMS spend cap saved." in saved and "of a cap of 12.50" in saved
+    assert 'value="12.50"' in saved
+    audit = scalar(people.tenant, "SELECT after::text FROM audit_log WHERE action = 'sms.spend_cap'")
+    assert '"12.50"' in str(audit)
+
+
+def test_a_member_cannot_set_the_sms_cap(portal: PortalClient, people: People) -> None:
+    with tenant_tx(people.tenant.slug) as tx:
+        member = create_user(tx, "member-cap@example.com", Role.MEMBER, PASSWORD)
+    signed_in(portal, people, member)
+    token = csrf_token(portal.get("/preferences").text)
+    answer = portal.post("/channels/sms/cap", data={"_csrf_token": token, "cap": "1"}, follow_redirects=False)
+    assert answer.status_code == 403
+    assert scalar(people.tenant, "SELECT count(*) FROM sms_spend_cap") == 0

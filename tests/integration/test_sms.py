@@ -18,15 +18,24 @@ from actors.sweep import sweep_tenant
 from db.delivery.sms_deliveries import claim_sms, mark_called, sweep_sms
 from db.notices.fanout import prepare_claims
 from db.notices.licence_scan import claim_due_milestones
+from db.notices.rule_notices import prepare_rule_claims
 from db.people.preferences import save_schedule
-from db.people.sms_settings import save_phone, set_sms_category, stop_texts
+from db.people.sms_settings import (
+    month_spend,
+    save_phone,
+    set_sms_category,
+    set_spend_cap,
+    spend_cap,
+    stop_texts,
+)
 from db.platform.tenancy import Tenant, tenant_tx
 from domain.delivery.quiet_hours import QuietHours
-from domain.delivery.sms import SMS_OFF
+from domain.delivery.sms import CAP_ABOVE_CEILING, CAP_MALFORMED, CAP_NEGATIVE, SMS_OFF
 from domain.errors import InvalidInput
 from domain.notices.licence import CATEGORY
 from tests.integration.builders import add_client, scalar
 from tests.integration.conftest import RunningWorker, SesOutbox, use_settings
+from tests.integration.platform_builders import add_person, add_product, add_rule, add_subject, fire
 from tocsin.core.clock import pinned
 
 AS_OF = datetime(2027, 9, 1, 9, 0, tzinfo=UTC)
@@ -225,3 +234,76 @@ def test_the_sweeper_adds_numbers_that_sns_lists_as_opted_out_to_the_stop_list(
     deliver_sms.send(tenant.slug, *_claim(tenant))
     worker.drain()
     assert [number for number, _ in _texts_at_endpoint()] == [PHONE]
+
+
+def _rule_texting(tenant: Tenant, phones: list[str], *, stopped: int | None = None) -> tuple[int, list[int]]:
+    """A rule naming sms (and the inbox) fired for a case assigned to one person per number,
+    none of whom turned texts on for the category: the rule's choice is what sends."""
+    product = add_product(tenant)
+    people = [add_person(tenant, f"texted{i}@example.com") for i in range(len(phones))]
+    with tenant_tx(tenant.slug) as tx:
+        for user, phone in zip(people, phones, strict=True):
+            save_phone(tx, user, phone)
+        if stopped is not None:
+            stop_texts(tx, people[stopped])
+    subject = add_subject(tenant, product, "C-9", assignees=people, fields={"amount": 10})
+    rule = add_rule(tenant, product, "Urgent case", recipients=[{"type": "assignees"}],
+                    channels=("in_app", "sms"), title="Urgent {{ subject.external_id }}")
+    return fire(tenant, rule, subject), people
+
+
+def _prepare_rule(tenant: Tenant, claim: int) -> list[int]:
+    with tenant_tx(tenant.slug) as tx:
+        prepare_rule_claims(tx, [claim])
+        return [int(str(r[0])) for r in tx.conn.execute("SELECT id FROM sms_deliveries ORDER BY id")]
+
+
+def test_a_rule_naming_sms_texts_each_recipient_with_a_number_once_and_not_one_who_stopped(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    claim, _ = _rule_texting(tenant, [PHONE, "+447400123457"], stopped=1)
+    ids = _prepare_rule(tenant, claim)
+    assert _prepare_rule(tenant, claim) == ids  # a claim prepared twice queues nothing more
+    for _ in range(2):  # repeated messages publish nothing more
+        deliver_sms.send(tenant.slug, *ids)
+    worker.drain()
+    [(number, text)] = _texts_at_endpoint()
+    assert number == PHONE and text.startswith("Tocsin: Urgent C-9")
+    assert sorted(_status(tenant), key=str) == [("accepted", None),
+                                                 ("cancelled", "the number asked to STOP texts")]
+
+
+def test_the_tenants_own_lower_cap_refuses_a_text_with_its_reason(
+    tenant: Tenant, worker: RunningWorker, ses: SesOutbox
+) -> None:
+    use_settings(sms_monthly_spend_cap=50.0, sms_price_per_segment=0.01)
+    with tenant_tx(tenant.slug) as tx:
+        assert set_spend_cap(tx, "0.015", Decimal("50")) == Decimal("0.02")  # kept in cents
+        assert month_spend(tx, Decimal("50")).cap == Decimal("0.02")
+    claim, _ = _rule_texting(tenant, [PHONE, "+447400123457", "+447400123458"])
+    deliver_sms.send(tenant.slug, *_prepare_rule(tenant, claim))
+    worker.drain()
+    assert len(_texts_at_endpoint()) == 2
+    refused = [s for s in _status(tenant) if s[0] == "cancelled"]
+    assert len(refused) == 1
+    assert str(refused[0][1]).startswith("monthly SMS spend cap reached: 0.02 of 0.02 spent in ")
+    with tenant_tx(tenant.slug) as tx:
+        assert month_spend(tx, Decimal("50")).spent == Decimal("0.02")
+
+
+@pytest.mark.parametrize(("typed", "says"), [("-1", CAP_NEGATIVE), ("50.01", CAP_ABOVE_CEILING),
+                                             ("lots", CAP_MALFORMED), ("NaN", CAP_MALFORMED)])
+def test_a_tenant_cap_that_is_negative_above_the_operators_or_not_an_amount_is_refused(
+    tenant: Tenant, typed: str, says: str
+) -> None:
+    with tenant_tx(tenant.slug) as tx, pytest.raises(InvalidInput) as refused:
+        set_spend_cap(tx, typed, Decimal("50"))
+    assert str(refused.value) == says
+    assert scalar(tenant, "SELECT count(*) FROM sms_spend_cap") == 0
+
+
+def test_an_operator_ceiling_lowered_below_the_tenants_cap_still_holds(tenant: Tenant) -> None:
+    with tenant_tx(tenant.slug) as tx:
+        set_spend_cap(tx, "40", Decimal("50"))
+        assert spend_cap(tx, Decimal("10")) == Decimal("10")
+        assert spend_cap(tx, Decimal("50")) == Decimal("40")

@@ -61,7 +61,7 @@ def test_every_error_is_reported_together_with_its_path() -> None:
     bad["conditions"] = {"all": [{"fact": "amount", "op": "greater", "value": "x"}]}
     bad["filters"] = {"any": [{"fact": "field.a", "op": "nearly", "value": 1}]}
     bad["actions"] = {
-        "channels": ["sms", "email", "email"], "category": "gossip", "critical": "no",
+        "channels": ["fax", "email", "email"], "category": "gossip", "critical": "no",
         "recipients": [{"type": "boss"}, {"type": "role"}, {"type": "user", "email": "not-an-email"},
                        {"type": "head", "level": "region", "extra": 1}],
         "template": {"title": "{% for x in y %}{% endfor %}", "body": "", "footer": "x"},

@@ -252,8 +252,9 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
         default="unset",
     ),
     "SMS_MONTHLY_SPEND_CAP": SettingDoc(
-        "Each tenant's SMS spend per calendar month (UTC), in the currency of "
-        "`SMS_PRICE_PER_SEGMENT`; a text that would pass it is refused with the reason recorded.",
+        "The most a tenant may spend on SMS per calendar month (UTC), in the currency of "
+        "`SMS_PRICE_PER_SEGMENT`: each tenant's cap unless its administrators set a lower one on "
+        "the Channels page; a text that would pass the cap is refused with the reason recorded.",
     ),
     "SMS_PRICE_PER_SEGMENT": SettingDoc(
         "The price of one SMS segment (160 GSM characters, or 70 with other characters; longer "
