@@ -24,6 +24,7 @@ from db.delivery.sms_deliveries import (
     record_opted_out,
     record_provider_opt_outs,
 )
+from db.people.sms_settings import tenant_has_numbers
 from db.platform.pool import retrying
 from domain.delivery.states import ErrorClass
 from tocsin.core import runtime
@@ -93,7 +94,10 @@ def _record(slug: str, claim: ClaimedSms, error_class: ErrorClass, error: str) -
 def sync_provider_opt_outs(slug: str) -> int:
     """The sweeper's step: numbers SNS lists as opted out join the tenant's STOP list. The
     list is the account's, read at most once per OPT_OUT_LIST_SECONDS by each process; a
-    failure to read it is logged and changes nothing (each publish still asks SNS first)."""
+    failure to read it is logged and changes nothing (each publish still asks SNS first). A
+    tenant where nobody gave a number has nothing to stop: SNS is not asked."""
+    if not retrying(lambda: tenant_has_numbers(slug)):
+        return 0
     numbers = _opt_out_list.get()
     return retrying(lambda: record_provider_opt_outs(slug, numbers)) if numbers else 0
 

@@ -239,6 +239,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         print_tally(terminalreporter)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """For pytest-xdist's --dist loadgroup: the browser tests share one worker (one portal
     server, one Chromium), and a system module's tests share one (one after the other, as

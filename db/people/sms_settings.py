@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from db.evidence.audit import record_audit
-from db.platform.tenancy import TenantTx
+from db.platform.tenancy import TenantTx, tenant_tx
 from domain.delivery.preferences import valid_category
 from domain.delivery.sms import effective_cap, tenant_cap
 from tocsin.core.phone_numbers import e164
 
 __all__ = ["SmsSettings", "SmsSpend", "clear_phone", "month_spend", "resume_texts", "save_phone",
-           "set_sms_category", "set_spend_cap", "sms_available", "sms_settings", "spend_cap", "stop_texts"]
+           "set_sms_category", "set_spend_cap", "sms_available", "sms_settings", "spend_cap", "stop_texts",
+           "tenant_has_numbers"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,12 @@ def set_spend_cap(tx: TenantTx, typed: str, ceiling: Decimal) -> Decimal:
     record_audit(tx, "sms.spend_cap", "tenant", tx.tenant.id,
                  before={"cap": None if row is None else str(row[0])}, after={"cap": str(cap)})
     return cap
+
+
+def tenant_has_numbers(slug: str) -> bool:
+    """Whether anyone of the tenant gave a mobile number (else SNS's opt-out list is not read)."""
+    with tenant_tx(slug) as tx:
+        return sms_available(tx)
 
 
 def sms_available(tx: TenantTx) -> bool:

@@ -53,6 +53,7 @@ STATUS_MACHINES: dict[str, StateMachine] = {
     "clients": LICENCE,
     "webhook_deliveries": WEBHOOK,
     "chat_deliveries": CHAT,
+    "sms_deliveries": DELIVERY,  # a text moves as an email does (tenant migration 0035)
 }
 
 
