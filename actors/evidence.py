@@ -124,5 +124,7 @@ def retain_evidence(slug: str) -> None:
 
 @dramatiq.actor(queue_name="sweep", time_limit=60_000, max_age=60 * 60_000, priority=BACKGROUND)  # ms
 def retention_tick() -> None:
-    for tenant in list_tenants(active_only=True):
+    tenants = list_tenants(active_only=True)
+    for tenant in tenants:
         retain_evidence.send(tenant.slug)
+    log.info("retention pass sent to %d tenant(s)", len(tenants))
