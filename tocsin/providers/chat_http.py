@@ -6,16 +6,13 @@ again (DNS rebinding); the name travels as the Host header and the TLS SNI name.
 
 from __future__ import annotations
 
-import time
 from functools import lru_cache
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from domain.delivery.channels import classify_http_answer
-from domain.delivery.states import ErrorClass
-from domain.delivery.webhooks import MAX_RESPONSE_BYTES, CallAnswer, check_destination, clip_response
-from tocsin.providers.webhook_http import Resolver, resolve
+from domain.delivery.webhooks import CallAnswer
+from tocsin.providers.webhook_http import Resolver, pin_destination, post_pinned, resolve
 
 __all__ = ["ChatCall", "ChatSender", "get_chat_sender"]
 
@@ -42,42 +39,13 @@ class ChatSender:
     def prepare(self, url: str) -> ChatCall:
         """The call to make, after the guard allowed the address it will connect to;
         DestinationRefused otherwise (no connection has been attempted)."""
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        address = check_destination(host, self.resolver(host, port), allow_private=self.allow_private)
-        literal = f"[{address}]" if ":" in address else address
-        pinned = urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, ""))
-        headers = {"host": parts.netloc.rpartition("@")[2], "content-type": "application/json"}
-        return ChatCall(pinned, headers, host if parts.scheme == "https" else None)
+        destination = pin_destination(url, self.resolver, allow_private=self.allow_private)
+        headers = {"host": destination.host_header, "content-type": "application/json"}
+        return ChatCall(destination.url, headers, destination.sni)
 
     def send(self, call: ChatCall, body: str) -> CallAnswer:
         """POST the message; the answer classed. Never raises for what the network does."""
-        started = time.monotonic()
-        extensions = {"sni_hostname": call.sni} if call.sni else {}
-
-        def elapsed() -> int:
-            return int((time.monotonic() - started) * 1000)
-
-        try:
-            with self.client.stream("POST", call.url, content=body.encode(), headers=call.headers,
-                                    extensions=extensions) as response:
-                kept = b""
-                for chunk in response.iter_bytes():
-                    kept += chunk
-                    if len(kept) >= MAX_RESPONSE_BYTES:
-                        break
-                error_class = classify_http_answer(response.status_code)
-                return CallAnswer(response.status_code, elapsed(), clip_response(kept),
-                                  None if error_class is None else f"HTTP {response.status_code}",
-                                  error_class)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
-            return CallAnswer(None, elapsed(), None, f"{type(e).__name__}: {e}"[:500],
-                              ErrorClass.TRANSIENT, sent=False)
-        except httpx.HTTPError as e:
-            # The message may have been posted (a read timeout, a connection closed mid-answer).
-            return CallAnswer(None, elapsed(), None, f"{type(e).__name__}: {e}"[:500] or "no answer",
-                              ErrorClass.UNCERTAIN)
+        return post_pinned(self.client, call.url, call.headers, call.sni, body, classify_http_answer)
 
 
 @lru_cache(maxsize=4)

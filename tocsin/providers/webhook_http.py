@@ -30,7 +30,8 @@ from domain.delivery.webhooks import (
     clip_response,
 )
 
-__all__ = ["Resolver", "WebhookCall", "WebhookSender", "get_sender", "resolve", "signature_header"]
+__all__ = ["PinnedDestination", "Resolver", "WebhookCall", "WebhookSender", "get_sender", "pin_destination",
+           "post_pinned", "resolve", "signature_header"]
 
 USER_AGENT = "Tocsin-Webhooks/1"
 
@@ -44,6 +45,60 @@ def resolve(host: str, port: int) -> list[str]:
     except socket.gaierror as e:
         raise DestinationRefused(f"{host} does not resolve: {e.strerror}") from None
     return [str(info[4][0]) for info in infos]
+
+
+class PinnedDestination:
+    """A URL rewritten to the address the SSRF guard allowed, with the name it was for (the
+    Host header, and over TLS the SNI name the certificate is checked against)."""
+
+    def __init__(self, url: str, address: str, host_header: str, sni: str | None):
+        self.url, self.address, self.host_header, self.sni = url, address, host_header, sni
+
+
+def pin_destination(url: str, resolver: Resolver, *, allow_private: bool) -> PinnedDestination:
+    """Resolve ``url``'s host and let the guard judge every address before any connection;
+    DestinationRefused otherwise. Shared by webhooks and the Slack and Teams adapter."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    address = check_destination(host, resolver(host, port), allow_private=allow_private)
+    literal = f"[{address}]" if ":" in address else address
+    pinned = urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, ""))
+    return PinnedDestination(pinned, address, parts.netloc.rpartition("@")[2],
+                             host if parts.scheme == "https" else None)
+
+
+def post_pinned(client: httpx.Client, url: str, headers: dict[str, str], sni: str | None, body: str,
+                classify: Callable[[int], ErrorClass | None]) -> CallAnswer:
+    """POST ``body`` to a pinned URL, keep the first MAX_RESPONSE_BYTES of the answer, and
+    class it with ``classify``. Never raises for what the network does."""
+    started = time.monotonic()
+    extensions = {"sni_hostname": sni} if sni else {}
+
+    def elapsed() -> int:
+        return int((time.monotonic() - started) * 1000)
+
+    try:
+        with client.stream("POST", url, content=body.encode(), headers=headers,
+                           extensions=extensions) as response:
+            kept = b""
+            for chunk in response.iter_bytes():
+                kept += chunk
+                if len(kept) >= MAX_RESPONSE_BYTES:
+                    break
+            error_class = classify(response.status_code)
+            return CallAnswer(response.status_code, elapsed(), clip_response(kept),
+                              None if error_class is None else f"HTTP {response.status_code}",
+                              error_class)
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
+        # Nothing reached the receiver: safe to retry.
+        return CallAnswer(None, elapsed(), None, f"{type(e).__name__}: {e}"[:500],
+                          ErrorClass.TRANSIENT, sent=False)
+    except httpx.HTTPError as e:
+        # The request may have arrived (a read timeout, a connection closed mid-answer):
+        # uncertain. A webhook repeats it with the same webhook-id, which the receiver drops.
+        return CallAnswer(None, elapsed(), None, f"{type(e).__name__}: {e}"[:500] or "no answer",
+                          ErrorClass.UNCERTAIN)
 
 
 def signature_header(secrets: Sequence[str], webhook_id: str, timestamp: datetime, body: str) -> str:
@@ -83,50 +138,19 @@ class WebhookSender:
                 secrets: Sequence[str]) -> WebhookCall:
         """The call to make, after the guard allowed the address it will connect to;
         DestinationRefused otherwise (no connection has been attempted)."""
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        address = check_destination(host, self.resolver(host, port), allow_private=self.allow_private)
-        literal = f"[{address}]" if ":" in address else address
-        pinned = urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, ""))
+        destination = pin_destination(url, self.resolver, allow_private=self.allow_private)
         headers = {
-            "host": parts.netloc.rpartition("@")[2],
+            "host": destination.host_header,
             "content-type": "application/json",
             "webhook-id": webhook_id,
             "webhook-timestamp": str(int(timestamp.timestamp())),
             "webhook-signature": signature_header(secrets, webhook_id, timestamp, body),
         }
-        return WebhookCall(pinned, address, headers, host if parts.scheme == "https" else None)
+        return WebhookCall(destination.url, destination.address, headers, destination.sni)
 
     def send(self, call: WebhookCall, body: str) -> CallAnswer:
         """POST the body; the answer classed. Never raises for what the network does."""
-        started = time.monotonic()
-        extensions = {"sni_hostname": call.sni} if call.sni else {}
-
-        def elapsed() -> int:
-            return int((time.monotonic() - started) * 1000)
-
-        try:
-            with self.client.stream("POST", call.url, content=body.encode(), headers=call.headers,
-                                    extensions=extensions) as response:
-                kept = b""
-                for chunk in response.iter_bytes():
-                    kept += chunk
-                    if len(kept) >= MAX_RESPONSE_BYTES:
-                        break
-                error_class = classify_webhook_answer(response.status_code)
-                return CallAnswer(response.status_code, elapsed(), clip_response(kept),
-                                  None if error_class is None else f"HTTP {response.status_code}",
-                                  error_class)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
-            # Nothing reached the receiver: safe to retry.
-            return CallAnswer(None, elapsed(), None, f"{type(e).__name__}: {e}"[:500],
-                              ErrorClass.TRANSIENT, sent=False)
-        except httpx.HTTPError as e:
-            # The request may have arrived (a read timeout, a connection closed mid-answer):
-            # uncertain, and repeated with the same webhook-id, which the receiver drops.
-            return CallAnswer(None, elapsed(), None, f"{type(e).__name__}: {e}"[:500] or "no answer",
-                              ErrorClass.UNCERTAIN)
+        return post_pinned(self.client, call.url, call.headers, call.sni, body, classify_webhook_answer)
 
     def close(self) -> None:
         self.client.close()
