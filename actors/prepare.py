@@ -3,7 +3,8 @@
 Thin: one tenant transaction around db/notices/rule_notices.py prepare_rule_claims; the emails and
 the live-inbox push go out once it has committed (db/platform/tenancy.py). When it fails, that
 transaction has rolled back and is poisoned, so the failure is recorded in a fresh one
-(record_preparation_failure) and the error re-raised for Dramatiq's bounded retry. A claim
+(record_preparation_failure), the rest of the message is prepared without it, and the first
+error re-raised for Dramatiq's bounded retry. A claim
 that failed PREPARE_MAX_ATTEMPTS times is skipped from then on and listed on the
 Needs-attention page. Safe to run twice: a prepared claim is skipped, notices are keyed
 by (claim, recipient).
@@ -61,15 +62,25 @@ INLINE_MAX_CLAIMS = 20
 @dramatiq.actor(queue_name="prepare_other", max_retries=MAX_RETRIES,
                 time_limit=2 * 60_000)  # milliseconds
 def prepare_notices(slug: str, ledger_ids: list[int]) -> None:
-    ids = [int(i) for i in ledger_ids]
-    try:
-        with tenant_tx(slug, generic_plans=True) as tx:
-            report = prepare_rule_claims(tx, ids)
-    except PreparationFailed as failure:
-        _record(slug, failure.ledger_id, failure.reason)
-        raise
-    log.info("prepared tenant=%s claims=%d skipped=%d notices=%d emails=%d", slug,
-             len(report.prepared), len(report.skipped), report.notices, len(report.emails))
+    remaining = sorted({int(i) for i in ledger_ids})
+    failed: PreparationFailed | None = None
+    # A claim that fails is recorded and left out, and the rest of the message is prepared in
+    # a new transaction at once: a poison claim costs its batch one rolled-back try, and each
+    # run of the message counts one attempt for every claim that fails, not for the first only.
+    while remaining:
+        try:
+            with tenant_tx(slug, generic_plans=True) as tx:
+                report = prepare_rule_claims(tx, remaining)
+        except PreparationFailed as failure:
+            _record(slug, failure.ledger_id, failure.reason)
+            failed = failed or failure
+            remaining = [i for i in remaining if i != failure.ledger_id]
+            continue
+        log.info("prepared tenant=%s claims=%d skipped=%d notices=%d emails=%d", slug,
+                 len(report.prepared), len(report.skipped), report.notices, len(report.emails))
+        break
+    if failed is not None:
+        raise failed  # Dramatiq retries the message: claims prepared since are skipped then
 
 
 def _record(slug: str, ledger_id: int, reason: str) -> None:

@@ -430,3 +430,29 @@ def test_claims_left_unprepared_are_found_for_the_sweeper(tenant: Tenant) -> Non
     with tenant_tx(tenant.slug) as tx:
         unprepared_rule_claims(tx, older_than_seconds=0)
         assert (product, fresh) in tx.pending(PrepareClaims).claims  # type: ignore[union-attr]
+
+
+def test_the_actor_prepares_the_rest_of_its_message_and_counts_an_attempt_for_each_broken_claim(
+        tenant: Tenant) -> None:
+    product = add_product(tenant)
+    user = add_person(tenant, "rest@example.com")
+    broken_rule = add_rule(tenant, product, "Broken", recipients=UNRESOLVABLE)
+    good_rule = add_rule(tenant, product, "Good", recipients=ASSIGNEES)
+    first_bad = fire(tenant, broken_rule, add_subject(tenant, product, "C-30", assignees=[user]))
+    good = fire(tenant, good_rule, add_subject(tenant, product, "C-31", assignees=[user]))
+    second_bad = fire(tenant, broken_rule, add_subject(tenant, product, "C-32", assignees=[user]))
+
+    with pytest.raises(PreparationFailed) as failed:
+        prepare_notices(tenant.slug, [first_bad, good, second_bad])
+
+    assert failed.value.ledger_id == first_bad  # the retry comes for the first that failed
+    attempts = dict(scalar(tenant, "SELECT array_agg(array[id, prepare_attempts]) FROM notification_ledger "
+                                   "WHERE id = ANY(%s)", [first_bad, good, second_bad]))
+    assert attempts == {first_bad: 1, good: 0, second_bad: 1}  # one attempt each, this run
+    assert scalar(tenant, "SELECT prepared_at IS NOT NULL FROM notification_ledger WHERE id = %s", good)
+    assert scalar(tenant, "SELECT count(*) FROM notifications") == 1  # the good claim's notice
+    with pytest.raises(PreparationFailed):  # Dramatiq's retry: the good one is skipped
+        prepare_notices(tenant.slug, [first_bad, good, second_bad])
+    assert scalar(tenant, "SELECT count(*) FROM notifications") == 1
+    assert scalar(tenant, "SELECT sum(prepare_attempts) FROM notification_ledger WHERE id = ANY(%s)",
+                  [first_bad, second_bad]) == 4

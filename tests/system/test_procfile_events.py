@@ -194,7 +194,10 @@ def test_a_poison_product_does_not_hold_up_another_products_events(
         tx.conn.execute("UPDATE rule_versions v SET definition = jsonb_set(v.definition, "
                         "'{actions,recipients}', '[{\"type\": \"nobody\"}]') FROM rules r "
                         "WHERE r.id = v.rule_id AND r.product = 'whistle'")
-    stack = procfile(**EVENT_SETTINGS, PREPARE_MAX_ATTEMPTS="3").start_all()
+    # Each run of a whistle message now fails every one of its claims; a backoff of a few
+    # seconds keeps whistle failing while fraud's events are evaluated and prepared.
+    stack = procfile(**EVENT_SETTINGS, PREPARE_MAX_ATTEMPTS="3", PREPARE_BACKOFF_MIN_SECONDS="8",
+                     PREPARE_BACKOFF_MAX_SECONDS="8").start_all()
     _send(stack, key, [_case(n, "whistle") for n in range(40)])
     _send(stack, key, [_case(100 + n) for n in range(40)])
 
