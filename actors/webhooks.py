@@ -1,6 +1,7 @@
 """deliver_webhooks: for a few webhook deliveries of one tenant, claim them (committed), then
-for each: the SSRF guard's decision on the resolved address, the call marked (committed),
-one signed POST, its answer recorded, fenced by the claim's token.
+in groups: the SSRF guard's decision on each resolved address, the group's calls marked
+(committed, with the previous group's successes), one signed POST each, every answer recorded,
+fenced by the claim's token.
 
 The steps and what a crash leaves are described in db/delivery/webhook_deliveries.py.
 """
@@ -18,11 +19,11 @@ from db.delivery.webhook_deliveries import (
     ClaimedWebhook,
     Recorded,
     claim_webhooks,
-    mark_called,
     record_answer,
-    record_success_and_mark,
+    record_successes_and_mark,
     release_unsent,
 )
+from domain.delivery.channels import CHANNELS, Channel, calls_per_commit
 from domain.delivery.states import ErrorClass
 from domain.delivery.webhooks import CallAnswer, DestinationRefused, webhook_id
 from tocsin.core import runtime
@@ -37,6 +38,7 @@ log = logging.getLogger("tocsin.webhooks")
 
 WEBHOOKS_PER_MESSAGE = 20  # deliveries of one tenant that one deliver_webhooks message carries
 WAKE_SLACK_MS = 50  # milliseconds a retry's wake-up waits past its due time
+GROUP = calls_per_commit(CHANNELS[Channel.WEBHOOK])  # calls marked called in one commit
 
 
 # The time limit stays under the default lease (5 minutes), so a stuck worker gives its
@@ -53,69 +55,85 @@ def deliver_webhooks(slug: str, *delivery_ids: int) -> None:
     start_until = time.monotonic() + settings.delivery_lease_seconds / 2
     claims = claim_webhooks(slug, sorted(set(delivery_ids)), settings.delivery_lease_seconds)
     if claims:
-        _Batch(slug, settings).run(claims, start_until)
+        _Batch(slug, settings, start_until).run(claims)
 
 
 class _Batch:
-    """The claimed deliveries of one message, called one after another. A success is held
-    until the next call's mark and committed with it (one round trip per call); anything
-    else is recorded at once. At the end, or when the worker stops, the held success is
-    recorded and what was never called goes back to pending."""
+    """The claimed deliveries of one message, called in groups of GROUP: a group's calls are
+    marked in one commit, which also records the previous group's successes (one commit per
+    group, not one per call); anything but a success is recorded at once. The receiver drops
+    a repeat by its webhook-id, so a crash may leave a group's calls uncertain (at most GROUP
+    per sending thread) and costs only recognisable repeats. At the end, or when the worker
+    stops, the held successes are recorded and what was never marked goes back to pending;
+    a call marked but not made is the sweeper's (unknown, then sent again)."""
 
-    def __init__(self, slug: str, settings: Settings):
+    def __init__(self, slug: str, settings: Settings, start_until: float):
         self.slug = slug
         self.settings = settings
+        self.start_until = start_until
         self.sender = get_sender(settings.webhook_allow_private, settings.webhook_timeout_seconds)
-        self.held: tuple[ClaimedWebhook, CallAnswer] | None = None
+        self.held: list[tuple[ClaimedWebhook, CallAnswer]] = []  # successes not yet recorded
+        self.unmarked: list[ClaimedWebhook] = []  # claimed, not yet marked called
 
-    def run(self, claims: list[ClaimedWebhook], start_until: float) -> None:
-        n = 0
+    def run(self, claims: list[ClaimedWebhook]) -> None:
+        self.unmarked = list(claims)
         try:
-            for n, claim in enumerate(claims):
-                if time.monotonic() > start_until:
+            while self.unmarked:
+                if time.monotonic() > self.start_until:
                     self._flush()
-                    release_unsent(self.slug, claims[n:], "the lease was running out before the call")
-                    send_webhooks(self.slug, [c.delivery_id for c in claims[n:]])
+                    unsent, self.unmarked = self.unmarked, []
+                    release_unsent(self.slug, unsent, "the lease was running out before the call")
+                    send_webhooks(self.slug, [c.delivery_id for c in unsent])
                     return
-                self._call(claim)
-        except BaseException as error:  # a time limit or shutdown: what was not called goes back
+                self._call_group(self.unmarked[:GROUP])
+        except BaseException as error:  # a time limit or shutdown: what was not marked goes back
             self._flush()
-            release_unsent(self.slug, claims[n + 1:], f"the worker stopped ({type(error).__name__})")
+            unsent, self.unmarked = self.unmarked, []
+            release_unsent(self.slug, unsent, f"the worker stopped ({type(error).__name__})")
             raise
         self._flush()
 
-    def _call(self, claim: ClaimedWebhook) -> None:
-        wid = webhook_id(self.slug, claim.delivery_id)
-        try:
-            # The guard decides on the resolved addresses before any connection is attempted.
-            call = self.sender.prepare(claim.url, wid, utcnow(), claim.body, claim.secrets)
-        except DestinationRefused as guard:
-            self._record(claim, CallAnswer(None, 0, None, str(guard), ErrorClass.TRANSIENT, sent=False,
-                                           refused=True))
-            return
-        if self.held is not None:
-            done, answer = self.held
-            self.held = None
-            recorded, marked = record_success_and_mark(self.slug, done, answer, claim)
-            self._log(done, answer, recorded)
-        else:
-            marked = mark_called(self.slug, claim)
-        if marked.secrets is None:
-            log.warning("webhook tenant=%s id=%d attempt=%d not sent: %s",
-                        self.slug, claim.delivery_id, claim.attempt, marked.refused)
-            return
-        call.sign(marked.secrets, utcnow(), claim.body)
-        answer = self.sender.send(call, claim.body)
-        if answer.error_class is None:
-            self.held = (claim, answer)
-        else:
-            self._record(claim, answer)
+    def _call_group(self, group: list[ClaimedWebhook]) -> None:
+        calls = []
+        for claim in group:
+            wid = webhook_id(self.slug, claim.delivery_id)
+            try:
+                # The guard decides on the resolved addresses before any connection is attempted.
+                calls.append((claim, self.sender.prepare(claim.url, wid, utcnow(), claim.body,
+                                                         claim.secrets)))
+            except DestinationRefused as guard:
+                self.unmarked.remove(claim)
+                self._record(claim, CallAnswer(None, 0, None, str(guard), ErrorClass.TRANSIENT,
+                                               sent=False, refused=True))
+        done, self.held = self.held, []
+        recorded, marks = record_successes_and_mark(self.slug, done, [claim for claim, _ in calls])
+        for claim, _ in calls:
+            self.unmarked.remove(claim)
+        for (claim, answer), result in zip(done, recorded, strict=True):
+            self._log(claim, answer, result)
+        for claim, call in calls:
+            marked = marks[claim.delivery_id]
+            if marked.secrets is None:
+                log.warning("webhook tenant=%s id=%d attempt=%d not sent: %s",
+                            self.slug, claim.delivery_id, claim.attempt, marked.refused)
+                continue
+            if time.monotonic() > self.start_until:  # marked: the sweeper sends it again
+                log.warning("webhook tenant=%s id=%d attempt=%d not sent: the lease was running "
+                            "out; left to the sweeper", self.slug, claim.delivery_id, claim.attempt)
+                continue
+            call.sign(marked.secrets, utcnow(), claim.body)
+            answer = self.sender.send(call, claim.body)
+            if answer.error_class is None:
+                self.held.append((claim, answer))
+            else:
+                self._record(claim, answer)
 
     def _flush(self) -> None:
-        if self.held is not None:
-            claim, answer = self.held
-            self.held = None
-            self._record(claim, answer)
+        done, self.held = self.held, []
+        if done:
+            recorded, _ = record_successes_and_mark(self.slug, done, [])
+            for (claim, answer), result in zip(done, recorded, strict=True):
+                self._log(claim, answer, result)
 
     def _record(self, claim: ClaimedWebhook, answer: CallAnswer) -> None:
         recorded = record_answer(self.slug, claim, answer, jitter=random.random(),

@@ -1,18 +1,20 @@
 """Webhook deliveries: queued with the claim they announce, claimed under a lease and a
-token, the call marked in its own commit right before it leaves, every answer written only
+token, each call marked called in a commit made before it leaves, every answer written only
 where the row still carries that token, and every attempt kept.
 
-One call is three short transactions (actors/webhooks.py):
+A message's calls take (actors/webhooks.py):
   1. claim: pending, due rows of enabled endpoints whose circuit is closed move to
      `sending` with a fresh claim_token, a lease and attempts + 1, plus an attempt row;
-  2. mark_called, committed right before the request leaves, refused once the lease has run
-     out: from here on a lost answer means "unknown";
-  3. record_answer: the attempt's outcome, the delivery's next state (delivered, a retry at
-     its backoff, failed) and the endpoint's health (circuit breaker, disabling).
-A worker killed between 2 and 3 leaves its delivery `sending` with an attempt marked called:
-when the lease runs out the sweeper records that attempt as unknown and puts the delivery
-back to pending, and it is sent again with the same webhook-id, which the receiver drops if
-it had it. Nothing is lost, and a repeat is recognisable.
+  2. per group of calls (domain/delivery/channels.py calls_per_commit), one commit that marks
+     the group's calls called, refused for a claim whose lease has run out (from here on a
+     lost answer means "unknown"), and records the previous group's successes;
+  3. anything but a success at once (record_answer): the attempt's outcome, the delivery's
+     next state (a retry at its backoff, failed) and the endpoint's health (circuit breaker,
+     disabling).
+A worker killed between 2 and the next commit leaves its group's deliveries `sending` with
+attempts marked called: when the lease runs out the sweeper records those attempts as unknown
+and puts the deliveries back to pending, and they are sent again with the same webhook-ids,
+which the receiver drops if it had them. Nothing is lost, and a repeat is recognisable.
 """
 
 from __future__ import annotations
@@ -51,10 +53,11 @@ __all__ = [
     "claim_webhooks",
     "delivery_log",
     "mark_called",
+    "mark_calls",
     "queue_notice_webhooks",
     "queue_test_event",
     "record_answer",
-    "record_success_and_mark",
+    "record_successes_and_mark",
     "redeliver",
     "release_unsent",
     "sweep_webhooks",
@@ -325,23 +328,59 @@ def record_answer(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitte
     back: every attempt is kept), the delivery where it still carries our token, and the
     endpoint's health. A late success after a takeover is recorded on its attempt; the
     delivery goes out again with the same webhook-id, which the receiver drops."""
-    return _record(slug, claim, answer, jitter=jitter, retry_base=retry_base)[0]
+    return _record(slug, claim, answer, jitter=jitter, retry_base=retry_base)
 
 
-def record_success_and_mark(slug: str, claim: ClaimedWebhook, answer: CallAnswer,
-                            next_claim: ClaimedWebhook) -> tuple[Recorded, Marked]:
-    """A success recorded together with the next call's mark, in one round trip: a call
-    costs one commit, not two. A crash before it loses the answer only: the sweeper makes
-    that attempt unknown and the delivery is sent again with the same webhook-id."""
-    if answer.error_class is not None:
-        raise ValueError("only a success travels with the next mark")
-    recorded, rows = _record(slug, claim, answer, jitter=0.0, retry_base=timedelta(0), then=next_claim)
-    return recorded, _marked(slug, next_claim, rows)
+def mark_calls(slug: str, claims: list[ClaimedWebhook]) -> dict[int, Marked]:
+    """``mark_called`` for a group of claims, committed together in one round trip: the
+    webhook receiver drops a repeat by its webhook-id, so a crash that leaves the whole
+    group marked without answers costs repeats the receiver recognises, never a loss."""
+    return record_successes_and_mark(slug, [], claims)[1]
+
+
+def record_successes_and_mark(slug: str, done: list[tuple[ClaimedWebhook, CallAnswer]],
+                              next_claims: list[ClaimedWebhook],
+                              ) -> tuple[list[Recorded], dict[int, Marked]]:
+    """The successes of a group of calls recorded together with the next group's marks, in
+    one round trip and one commit: a group of calls costs one commit, not one per call. A
+    crash before it loses those answers only: the sweeper makes their attempts unknown and
+    the deliveries are sent again with the same webhook-ids. Each success's Recorded, in
+    order, and each next claim's Marked, by delivery id."""
+    if any(answer.error_class is not None for _, answer in done):
+        raise ValueError("only successes travel with the next marks")
+    statements: list[Statement] = []
+    for claim, answer in done:
+        statements.extend(_success_statements(claim, answer))
+    for endpoint_id in sorted({claim.endpoint_id for claim, _ in done}):
+        statements.append((_ENDPOINT_SUCCEEDED, {"id": endpoint_id}))
+    marks_from = len(statements)
+    statements.extend(_mark_statement(claim) for claim in next_claims)
+    if not statements:
+        return [], {}
+    results = tenant_statements(slug, statements)
+    recorded = [Recorded(WebhookStatus.DELIVERED if results[2 * n + 1] else None, None, False)
+                for n in range(len(done))]
+    marked = {claim.delivery_id: _marked(slug, claim, results[marks_from + n])
+              for n, claim in enumerate(next_claims)}
+    return recorded, marked
+
+
+def _success_statements(claim: ClaimedWebhook, answer: CallAnswer) -> list[Statement]:
+    """A success: its attempt ended delivered, and the delivery delivered where it still
+    carries our token (the second statement returns a row then)."""
+    return [
+        (_ATTEMPT_ENDED, {"outcome": "delivered", "code": answer.status_code,
+                          "latency": answer.latency_ms, "response": answer.response,
+                          "error": answer.error, "id": claim.delivery_id,
+                          "token": claim.claim_token}),
+        (_DELIVERY_ANSWERED, {"status": str(WebhookStatus.DELIVERED), "reason": None, "delay": 0.0,
+                              "code": answer.status_code, "error": answer.error,
+                              "id": claim.delivery_id, "token": claim.claim_token}),
+    ]
 
 
 def _record(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitter: float,
-            retry_base: timedelta, then: ClaimedWebhook | None = None,
-            ) -> tuple[Recorded, list[tuple[object, ...]]]:
+            retry_base: timedelta) -> Recorded:
     now = utcnow()
     if answer.error_class is None:
         status, outcome, delay = WebhookStatus.DELIVERED, "delivered", timedelta(0)
@@ -367,20 +406,14 @@ def _record(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitter: flo
         "id": claim.delivery_id, "token": claim.claim_token})
     if answer.error_class is None:
         # A success, the usual case, in one round trip: no decision to take on the endpoint.
-        healed: Statement = (_ENDPOINT_SUCCEEDED, {"id": claim.endpoint_id})
-        results = tenant_statements(slug, [ended, answered, healed]
-                                    + ([_mark_statement(then)] if then is not None else []))
-        moved, disabled = (results[1][0] if results[1] else None), False
-        mark_rows = results[3] if then is not None else []
-    else:
-        with tenant_tx(slug) as tx:
-            tx.conn.execute(*ended)
-            moved = tx.conn.execute(*answered).fetchone()
-            disabled = _endpoint_health(tx, claim.endpoint_id, answer, now)
-        mark_rows = []
+        return record_successes_and_mark(slug, [(claim, answer)], [])[0][0]
+    with tenant_tx(slug) as tx:
+        tx.conn.execute(*ended)
+        moved = tx.conn.execute(*answered).fetchone()
+        disabled = _endpoint_health(tx, claim.endpoint_id, answer, now)
     if moved is None:
-        return Recorded(None, None, disabled), mark_rows
-    return Recorded(status, delay if status is WebhookStatus.PENDING else None, disabled), mark_rows
+        return Recorded(None, None, disabled)
+    return Recorded(status, delay if status is WebhookStatus.PENDING else None, disabled)
 
 
 def _endpoint_health(tx: TenantTx, endpoint_id: int, answer: CallAnswer, now: datetime) -> bool:

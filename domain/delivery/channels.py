@@ -18,12 +18,20 @@ from domain.delivery.states import ErrorClass
 
 __all__ = [
     "CHANNELS",
+    "DEDUPED_CALLS_PER_COMMIT",
     "AddressKind",
     "Channel",
     "ChannelSpec",
+    "calls_per_commit",
     "classify_http_answer",
     "spec",
 ]
+
+# Provider calls one commit may mark called at once, for a channel whose receiver drops a
+# repeat: a crash then leaves up to this many calls per sending thread uncertain, each sent
+# again under the same id and recognised. Where a repeat would reach a person twice, every
+# call is marked in a commit of its own (at most one uncertain call per thread).
+DEDUPED_CALLS_PER_COMMIT = 5
 
 
 class Channel(StrEnum):
@@ -78,6 +86,11 @@ CHANNELS: dict[Channel, ChannelSpec] = {
                              receiver_dedupes=False, has_provider_call=True,
                              respects_quiet_hours=True),
 }
+
+
+def calls_per_commit(channel: ChannelSpec) -> int:
+    """How many calls of this channel one commit marks called before they are made."""
+    return DEDUPED_CALLS_PER_COMMIT if channel.receiver_dedupes and channel.has_provider_call else 1
 
 
 def spec(channel: str) -> ChannelSpec:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from actors.webhooks import GROUP
 from db.delivery.webhook_endpoints import Endpoint, create_endpoint, rotate_secret
 from db.platform.tenancy import Tenant, tenant_tx
 from tests.integration.builders import add_admin, add_client, scalar
@@ -137,3 +138,31 @@ def test_a_secret_rotation_while_notices_flow_loses_none_and_every_call_verifies
     late = [c for c in calls if int(c.webhook_id.rsplit("_", 1)[1]) in after]
     assert all(new_only._verified(c.headers, c.body) for c in late)
     new_only.server.server_close()
+
+
+def test_kill_9_mid_group_leaves_at_most_a_group_uncertain_and_every_repeat_is_recognisable(
+    tenant: Tenant, procfile: Callable[..., ProcfileStack],
+) -> None:
+    # Eight notices in one message: the first group's calls are marked together; its first
+    # call hangs and the worker is killed while it waits.
+    with WebhookReceiver(lambda n: "hang" if n == 1 else 200, hang_seconds=30.0) as receiver:
+        endpoint = _endpoint(tenant, receiver.url)
+        receiver.secrets.append(endpoint.secret)
+        _due_in_a_week(tenant, clients=8)
+        stack = procfile(WEBHOOK_TIMEOUT_SECONDS="60").start_all()
+        wait_until(lambda: len(receiver.calls()) == 1, "the first call in flight", RECOVERY_LIMIT)
+        marked = scalar(tenant, "SELECT count(*) FROM webhook_attempts WHERE called_at IS NOT NULL")
+        stack.line("worker").kill_everything()
+        stack.start("worker")
+        wait_until(lambda: list(_deliveries(tenant).values()) == ["delivered"] * 8,
+                   "every delivery after the leases ran out", RECOVERY_LIMIT)
+        calls = receiver.calls()
+    assert 1 <= marked <= GROUP  # what a crash may leave uncertain: one group, not the message
+    ids = {f"tocsin_{tenant.slug}_{d}" for d in _deliveries(tenant)}
+    answered = Counter(c.webhook_id for c in calls if c.answered == 200)
+    assert answered == Counter(ids)  # each notice accepted once by the receiver
+    assert {c.webhook_id for c in calls} == ids and all(c.verified for c in calls)
+    repeats = len(calls) - len(ids)
+    assert 1 <= repeats <= GROUP  # only the hanging call was made twice here
+    unknown = scalar(tenant, "SELECT count(*) FROM webhook_attempts WHERE outcome = 'unknown'")
+    assert unknown == marked
