@@ -19,6 +19,7 @@ from db.delivery.webhook_deliveries import (
     ClaimedWebhook,
     Recorded,
     claim_webhooks,
+    end_marked_unsent,
     record_answer,
     record_successes_and_mark,
     release_unsent,
@@ -29,7 +30,7 @@ from domain.delivery.webhooks import CallAnswer, DestinationRefused, webhook_id
 from tocsin.core import runtime
 from tocsin.core.clock import utcnow
 from tocsin.core.settings import Settings
-from tocsin.providers.webhook_http import get_sender
+from tocsin.providers.webhook_http import PinnedDestination, get_sender
 
 __all__ = ["WEBHOOKS_PER_MESSAGE", "deliver_webhooks", "send_webhooks"]
 
@@ -95,12 +96,12 @@ class _Batch:
 
     def _call_group(self, group: list[ClaimedWebhook]) -> None:
         calls = []
+        judged: dict[str, PinnedDestination] = {}  # one resolution per URL in the group
         for claim in group:
             wid = webhook_id(self.slug, claim.delivery_id)
             try:
                 # The guard decides on the resolved addresses before any connection is attempted.
-                calls.append((claim, self.sender.prepare(claim.url, wid, utcnow(), claim.body,
-                                                         claim.secrets)))
+                calls.append((claim, self.sender.prepare(claim.url, wid, judged)))
             except DestinationRefused as guard:
                 self.unmarked.remove(claim)
                 self._record(claim, CallAnswer(None, 0, None, str(guard), ErrorClass.TRANSIENT,
@@ -111,11 +112,17 @@ class _Batch:
             self.unmarked.remove(claim)
         for (claim, answer), result in zip(done, recorded, strict=True):
             self._log(claim, answer, result)
+        stopped: dict[int, tuple[str, bool]] = {}  # endpoint -> why its other calls wait, cancel?
+        unsent: list[tuple[ClaimedWebhook, str, bool]] = []
         for claim, call in calls:
             marked = marks[claim.delivery_id]
             if marked.secrets is None:
                 log.warning("webhook tenant=%s id=%d attempt=%d not sent: %s",
                             self.slug, claim.delivery_id, claim.attempt, marked.refused)
+                continue
+            if claim.endpoint_id in stopped:
+                why, cancel = stopped[claim.endpoint_id]
+                unsent.append((claim, why, cancel))
                 continue
             if time.monotonic() > self.start_until:  # marked: the sweeper sends it again
                 log.warning("webhook tenant=%s id=%d attempt=%d not sent: the lease was running "
@@ -125,8 +132,18 @@ class _Batch:
             answer = self.sender.send(call, claim.body)
             if answer.error_class is None:
                 self.held.append((claim, answer))
-            else:
-                self._record(claim, answer)
+                continue
+            outcome = self._record(claim, answer)
+            # An answer that disabled the endpoint or opened its circuit stops the group's
+            # other calls to it, as the mark of a call of its own would have refused them.
+            if outcome.disabled:
+                stopped[claim.endpoint_id] = ("not sent: the endpoint was disabled by an earlier "
+                                              "answer", True)
+            elif outcome.circuit_opened:
+                stopped[claim.endpoint_id] = ("not sent: the endpoint's circuit opened", False)
+        for why, cancel in sorted({(w, c) for _, w, c in unsent}):
+            end_marked_unsent(self.slug, [c for c, w, k in unsent if (w, k) == (why, cancel)], why,
+                              cancel=cancel)
 
     def _flush(self) -> None:
         done, self.held = self.held, []
@@ -135,7 +152,7 @@ class _Batch:
             for (claim, answer), result in zip(done, recorded, strict=True):
                 self._log(claim, answer, result)
 
-    def _record(self, claim: ClaimedWebhook, answer: CallAnswer) -> None:
+    def _record(self, claim: ClaimedWebhook, answer: CallAnswer) -> Recorded:
         recorded = record_answer(self.slug, claim, answer, jitter=random.random(),
                                  retry_base=timedelta(seconds=self.settings.webhook_retry_base_seconds))
         self._log(claim, answer, recorded)
@@ -144,6 +161,7 @@ class _Batch:
             deliver_webhooks.send_with_options(
                 args=(self.slug, claim.delivery_id),
                 delay=int(recorded.retry_in.total_seconds() * 1000) + WAKE_SLACK_MS)
+        return recorded
 
     def _log(self, claim: ClaimedWebhook, answer: CallAnswer, recorded: Recorded) -> None:
         log.info("webhook tenant=%s id=%d attempt=%d status=%s code=%s latency_ms=%d -> %s%s",

@@ -52,6 +52,7 @@ __all__ = [
     "SweptWebhooks",
     "claim_webhooks",
     "delivery_log",
+    "end_marked_unsent",
     "mark_called",
     "mark_calls",
     "queue_notice_webhooks",
@@ -320,6 +321,7 @@ class Recorded:
     status: WebhookStatus | None  # None: the claim was no longer ours (only the attempt recorded)
     retry_in: timedelta | None  # when a retry was scheduled
     disabled: bool  # this answer disabled the endpoint
+    circuit_opened: bool = False  # this answer opened the endpoint's circuit
 
 
 def record_answer(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitter: float,
@@ -410,31 +412,34 @@ def _record(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitter: flo
     with tenant_tx(slug) as tx:
         tx.conn.execute(*ended)
         moved = tx.conn.execute(*answered).fetchone()
-        disabled = _endpoint_health(tx, claim.endpoint_id, answer, now)
+        disabled, opened = _endpoint_health(tx, claim.endpoint_id, answer, now)
     if moved is None:
-        return Recorded(None, None, disabled)
-    return Recorded(status, delay if status is WebhookStatus.PENDING else None, disabled)
+        return Recorded(None, None, disabled, opened)
+    return Recorded(status, delay if status is WebhookStatus.PENDING else None, disabled, opened)
 
 
-def _endpoint_health(tx: TenantTx, endpoint_id: int, answer: CallAnswer, now: datetime) -> bool:
+def _endpoint_health(tx: TenantTx, endpoint_id: int, answer: CallAnswer, now: datetime
+                     ) -> tuple[bool, bool]:
+    """(the endpoint was disabled by this answer, its circuit was opened by it)."""
     if answer.error_class is None:
         tx.conn.execute(_ENDPOINT_SUCCEEDED, {"id": endpoint_id})
-        return False
+        return False, False
     row = tx.conn.execute(
         "SELECT consecutive_failures, failing_since FROM webhook_endpoints WHERE id = %s FOR UPDATE",
         [endpoint_id]).fetchone()
     if row is None:
-        return False
+        return False, False
     verdict = after_failure(
         EndpointHealth(int(str(row[0])), row[1] if isinstance(row[1], datetime) else None), now,
         gone=answer.status_code == 410)
     tx.conn.execute(_ENDPOINT_FAILED, {"failures": verdict.consecutive_failures,
                                        "since": verdict.failing_since,
                                        "open_until": verdict.circuit_open_until, "id": endpoint_id})
+    opened = verdict.circuit_open_until is not None and verdict.circuit_open_until > now
     if verdict.disable_reason is None or not disable_endpoint(tx, endpoint_id, verdict.disable_reason):
-        return False
+        return False, opened
     _tell_admins(tx, endpoint_id, verdict.disable_reason)
-    return True
+    return True, opened
 
 
 _TELL_ADMINS = """
@@ -483,6 +488,35 @@ def release_unsent(slug: str, claims: list[ClaimedWebhook], why: str) -> None:
         for claim in claims:
             tx.conn.execute(_RELEASE, {"id": claim.delivery_id, "token": claim.claim_token})
     log.info("webhooks tenant=%s released=%d unsent: %s", slug, len(claims), why)
+
+
+_NOT_SENT = WEBHOOK.where(to=(WebhookStatus.CANCELLED, WebhookStatus.PENDING),
+                          from_=[WebhookStatus.SENDING])
+_END_UNSENT = f"""
+WITH ended AS (
+    UPDATE webhook_attempts SET ended_at = now(), outcome = 'refused', error = %(why)s
+    WHERE delivery_id = %(id)s AND claim_token = %(token)s AND ended_at IS NULL
+    RETURNING delivery_id
+)
+UPDATE webhook_deliveries SET status = %(status)s, status_reason = %(why)s, claim_token = NULL,
+       lease_until = NULL, enqueued_at = NULL, send_after = now(), updated_at = now()
+WHERE id = %(id)s AND claim_token = %(token)s AND {_NOT_SENT}
+"""
+
+
+def end_marked_unsent(slug: str, claims: list[ClaimedWebhook], why: str, *, cancel: bool) -> None:
+    """Calls marked with their group but not made, because an earlier answer of the group
+    disabled their endpoint (``cancel``: the delivery is cancelled, as the disabling cancels
+    what waits) or opened its circuit (pending again, to wait for it). Their attempts are
+    evidence already (marked called), so each ends as refused, saying why no request left."""
+    if not claims:
+        return
+    status = WebhookStatus.CANCELLED if cancel else WebhookStatus.PENDING
+    with tenant_tx(slug) as tx:
+        for claim in claims:
+            tx.conn.execute(_END_UNSENT, {"id": claim.delivery_id, "token": claim.claim_token,
+                                          "why": why[:500], "status": str(status)})
+    log.info("webhooks tenant=%s not sent=%d: %s", slug, len(claims), why)
 
 
 # --- the sweeper's part ------------------------------------------------------------------

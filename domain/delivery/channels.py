@@ -31,7 +31,7 @@ __all__ = [
 # repeat: a crash then leaves up to this many calls per sending thread uncertain, each sent
 # again under the same id and recognised. Where a repeat would reach a person twice, every
 # call is marked in a commit of its own (at most one uncertain call per thread).
-DEDUPED_CALLS_PER_COMMIT = 5
+DEDUPED_CALLS_PER_COMMIT = 20
 
 
 class Channel(StrEnum):

@@ -207,3 +207,27 @@ def test_redeliver_sends_a_finished_delivery_again_with_the_same_webhook_id(
         calls = receiver.calls()
     assert calls[0].webhook_id == calls[1].webhook_id
     wait_until(lambda: _outcomes(tenant, delivery_id) == ["delivered", "delivered"], "the second attempt")
+
+
+def test_a_410_in_a_group_stops_the_groups_other_calls_to_that_endpoint_and_the_chain_verifies(
+    tenant: Tenant, worker: RunningWorker,
+) -> None:
+    from db.evidence.chain import seal_tenant
+    from db.evidence.verify import verify_tenant
+
+    with WebhookReceiver(lambda n: 410) as receiver:
+        endpoint = _endpoint(tenant, receiver.url)
+        with tenant_tx(tenant.slug) as tx:  # three events committed together: one message, one group
+            ids = [queue_test_event(tx, endpoint.id, "a test") for _ in range(3)]
+        wait_until(lambda: {_status(tenant, i) for i in ids} <= {"failed", "cancelled"}
+                   and _status(tenant, ids[0]) == "failed", "the 410 and what it stopped")
+        worker.drain()
+        assert len(receiver.calls()) == 1  # the calls marked with it never left
+    assert [_status(tenant, i) for i in ids] == ["failed", "cancelled", "cancelled"]
+    for stopped in ids[1:]:
+        assert _outcomes(tenant, stopped) == ["refused"]
+        reason = scalar(tenant, "SELECT status_reason FROM webhook_deliveries WHERE id = %s", stopped)
+        assert reason == "not sent: the endpoint was disabled by an earlier answer"
+    seal_tenant(tenant.slug)
+    report = verify_tenant(tenant.slug)
+    assert report.ok, [b.describe() for b in report.breaks]

@@ -11,6 +11,7 @@ and, over TLS, as the SNI name the certificate is verified against.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -104,7 +105,13 @@ def post_pinned(client: httpx.Client, url: str, headers: dict[str, str], sni: st
 def signature_header(secrets: Sequence[str], webhook_id: str, timestamp: datetime, body: str) -> str:
     """The webhook-signature header: one `v1,<base64>` per secret, space-separated (during a
     rotation the receiver accepts whichever secret it holds)."""
-    return " ".join(Webhook(secret).sign(webhook_id, timestamp, body) for secret in secrets)
+    return " ".join(_signer(secret).sign(webhook_id, timestamp, body) for secret in secrets)
+
+
+@lru_cache(maxsize=1024)
+def _signer(secret: str) -> Webhook:
+    """The signer of a secret, its key decoded once per process rather than once per call."""
+    return Webhook(secret)
 
 
 class WebhookCall:
@@ -128,32 +135,58 @@ class WebhookSender:
                  resolver: Resolver = resolve) -> None:
         self.allow_private = allow_private
         self.resolver = resolver
+        self.timeout_seconds = timeout_seconds
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._clients: list[httpx.Client] = []
+
+    def _new_client(self) -> httpx.Client:
         # No redirects (a 3xx could point the call where the guard would refuse), no
         # environment proxies, one timeout per phase.
-        self.client = httpx.Client(follow_redirects=False, trust_env=False,
-                                   timeout=httpx.Timeout(timeout_seconds),
-                                   headers={"user-agent": USER_AGENT})
+        return httpx.Client(follow_redirects=False, trust_env=False,
+                            timeout=httpx.Timeout(self.timeout_seconds),
+                            headers={"user-agent": USER_AGENT})
 
-    def prepare(self, url: str, webhook_id: str, timestamp: datetime, body: str,
-                secrets: Sequence[str]) -> WebhookCall:
+    def prepare(self, url: str, webhook_id: str,
+                judged: dict[str, PinnedDestination] | None = None) -> WebhookCall:
         """The call to make, after the guard allowed the address it will connect to;
-        DestinationRefused otherwise (no connection has been attempted)."""
-        destination = pin_destination(url, self.resolver, allow_private=self.allow_private)
+        DestinationRefused otherwise (no connection has been attempted). Sign it before
+        sending it. With ``judged``, the calls of one group to the same URL share one
+        resolution and one verdict (made moments before their calls)."""
+        destination = None if judged is None else judged.get(url)
+        if destination is None:
+            destination = pin_destination(url, self.resolver, allow_private=self.allow_private)
+            if judged is not None:
+                judged[url] = destination
         headers = {
             "host": destination.host_header,
             "content-type": "application/json",
             "webhook-id": webhook_id,
-            "webhook-timestamp": str(int(timestamp.timestamp())),
-            "webhook-signature": signature_header(secrets, webhook_id, timestamp, body),
         }
         return WebhookCall(destination.url, destination.address, headers, destination.sni)
 
     def send(self, call: WebhookCall, body: str) -> CallAnswer:
-        """POST the body; the answer classed. Never raises for what the network does."""
-        return post_pinned(self.client, call.url, call.headers, call.sni, body, classify_webhook_answer)
+        """POST the signed call's body; the answer classed. Never raises for what the network does."""
+        if "webhook-signature" not in call.headers:
+            raise ValueError("a webhook call is signed before it is sent")
+        return post_pinned(self._client(), call.url, call.headers, call.sni, body, classify_webhook_answer)
+
+    def _client(self) -> httpx.Client:
+        """The calling thread's own client: one connection pool per sending thread, as each
+        thread has one call in flight at a time (no pool lock shared between them)."""
+        client: httpx.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = self._new_client()
+            self._local.client = client
+            with self._lock:
+                self._clients.append(client)
+        return client
 
     def close(self) -> None:
-        self.client.close()
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
 
 
 @lru_cache(maxsize=4)
