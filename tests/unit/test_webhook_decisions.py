@@ -8,7 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.delivery.channels import CHANNELS, Channel, classify_http_answer, spec
+from domain.delivery.channels import (
+    CHANNELS,
+    DEDUPED_CALLS_PER_COMMIT,
+    Channel,
+    calls_per_commit,
+    classify_http_answer,
+    spec,
+)
 from domain.delivery.states import ErrorClass
 from domain.delivery.webhooks import (
     BREAKER_COOLDOWN,
@@ -149,3 +156,11 @@ def test_each_channel_states_its_address_and_whether_its_receiver_deduplicates()
     assert classify_http_answer(200) is None
     assert classify_http_answer(400) is ErrorClass.PERMANENT
     assert classify_http_answer(429) is ErrorClass.TRANSIENT
+
+
+def test_only_a_channel_whose_receiver_drops_repeats_marks_several_calls_in_one_commit() -> None:
+    # A crash may leave every call of one commit uncertain; each is sent again.
+    assert calls_per_commit(spec("webhook")) == DEDUPED_CALLS_PER_COMMIT > 1
+    for name in ("email", "sms", "slack", "teams"):  # a repeat would reach a person twice
+        assert calls_per_commit(spec(name)) == 1, name
+    assert calls_per_commit(spec("in_app")) == 1  # no provider call at all
