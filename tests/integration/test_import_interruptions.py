@@ -124,9 +124,14 @@ def test_a_portal_killed_in_the_middle_of_an_import_leaves_it_interrupted_with_n
         # transaction, whatever the machine's speed; then its process is killed.
         with tenant_tx(people.tenant.slug) as hold:
             hold.conn.execute("LOCK TABLE subjects IN SHARE MODE")
+            # The server's own pid, asked inside the transaction: through PgBouncer the
+            # connection's startup pid is the pooler's, not the backend holding the lock.
+            row = hold.conn.execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            holder = int(str(row[0]))
             assert browser.post(f"{report}/run", data={"_csrf_token": csrf_token(page),
                                                        "mode": "valid_only"}).status_code == 303
-            wait_until(lambda: blocked_on_subjects(hold.conn.info.backend_pid), "the run to write")
+            wait_until(lambda: blocked_on_subjects(holder), "the run to write")
             server.send_signal(signal.SIGKILL)
             server.wait()
     assert scalar(people.tenant, "SELECT stage FROM imports WHERE id = %s", import_id) == "running"
