@@ -273,25 +273,12 @@ def _all_due(conn: Connection) -> None:
 def _timed_tick(conn: Connection, as_of: datetime, workers: int) -> tuple[float, int]:
     """The clock's tick to a real worker; (seconds until the scan queue is empty, tenants
     whose scan completed meanwhile)."""
-    import dramatiq
-
     from actors.scan import tick
-    from bench.tenants import _join
-    from tocsin.messaging.broker import current_broker
+    from bench.tenants import run_on_worker
 
-    broker = current_broker()
     since = conn.execute("SELECT clock_timestamp()").fetchone()
     assert since is not None
-    worker = dramatiq.Worker(broker, queues={"scan"}, worker_threads=workers, worker_timeout=20)
-    worker.start()
-    try:
-        started = time.perf_counter()
-        tick.send(as_of.isoformat())
-        _join(broker, "scan")
-        worker.join()
-        elapsed = time.perf_counter() - started
-    finally:
-        worker.stop()
+    elapsed = run_on_worker("scan", lambda: tick.send(as_of.isoformat()), workers)
     row = conn.execute(
         "SELECT count(*) FROM control.completed_runs r JOIN control.tenants t ON t.id = r.tenant_id "
         "WHERE starts_with(t.slug, %s) AND r.kind = 'scan' AND r.completed_at >= %s",
@@ -308,25 +295,12 @@ def load_average() -> str:
 def _timed_sweep(conn: Connection, workers: int) -> tuple[float, int]:
     """The clock's sweep to a real worker; (seconds until the sweep queue is empty, tenants
     whose sweep completed meanwhile)."""
-    import dramatiq
-
     from actors.sweep import sweep
-    from bench.tenants import _join
-    from tocsin.messaging.broker import current_broker
+    from bench.tenants import run_on_worker
 
-    broker = current_broker()
     since = conn.execute("SELECT clock_timestamp()").fetchone()
     assert since is not None
-    worker = dramatiq.Worker(broker, queues={"sweep"}, worker_threads=workers, worker_timeout=20)
-    worker.start()
-    try:
-        started = time.perf_counter()
-        sweep.send()
-        _join(broker, "sweep")
-        worker.join()
-        elapsed = time.perf_counter() - started
-    finally:
-        worker.stop()
+    elapsed = run_on_worker("sweep", sweep.send, workers)
     row = conn.execute(
         "SELECT count(*) FROM control.completed_runs r JOIN control.tenants t ON t.id = r.tenant_id "
         "WHERE starts_with(t.slug, %s) AND r.kind = 'sweep' AND r.completed_at >= %s",

@@ -41,7 +41,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -275,52 +275,49 @@ def set_status(conn: Connection, prefix: str, status: str) -> None:
                  [status, prefix])
 
 
-def full_tick(conn: Connection, prefix: str, as_of: datetime, workers: int) -> tuple[int, float]:
-    """`tick` through Redis to a real worker: it fans out a scan per active tenant and the
-    worker runs them. Timed until the scan queue is empty and the worker idle."""
+def run_on_worker(queue: str, send: Callable[[], object], workers: int) -> float:
+    """The clock's message for ``queue``, sent by ``send``, run by a real Dramatiq worker of
+    ``workers`` threads: seconds until the queue is empty and the worker idle."""
     import dramatiq
 
-    from actors.scan import tick
     from tocsin.messaging.broker import current_broker
 
     broker = current_broker()
-    active = conn.execute("SELECT count(*) FROM control.tenants WHERE status = 'active'").fetchone()
-    set_status(conn, prefix, "active")
-    worker = dramatiq.Worker(broker, queues={"scan"}, worker_threads=workers, worker_timeout=20)
+    worker = dramatiq.Worker(broker, queues={queue}, worker_threads=workers, worker_timeout=20)
     worker.start()
     try:
         started = time.perf_counter()
-        tick.send(as_of.isoformat())
-        _join(broker, "scan")
+        send()
+        _join(broker, queue)
         worker.join()
-        elapsed = time.perf_counter() - started
+        return time.perf_counter() - started
     finally:
         worker.stop()
+
+
+def full_tick(conn: Connection, prefix: str, as_of: datetime, workers: int) -> tuple[int, float]:
+    """`tick` through Redis to a real worker: it fans out a scan per active tenant and the
+    worker runs them. Timed until the scan queue is empty and the worker idle."""
+    from actors.scan import tick
+
+    active = conn.execute("SELECT count(*) FROM control.tenants WHERE status = 'active'").fetchone()
+    set_status(conn, prefix, "active")
+    try:
+        elapsed = run_on_worker("scan", lambda: tick.send(as_of.isoformat()), workers)
+    finally:
         set_status(conn, prefix, "suspended")
     assert active is not None
     return int(str(active[0])), elapsed
 
 
 def full_sweep(conn: Connection, prefix: str, workers: int) -> float:
-    import dramatiq
-
     from actors.sweep import sweep
-    from tocsin.messaging.broker import current_broker
 
-    broker = current_broker()
     set_status(conn, prefix, "active")
-    worker = dramatiq.Worker(broker, queues={"sweep"}, worker_threads=workers, worker_timeout=20)
-    worker.start()
     try:
-        started = time.perf_counter()
-        sweep.send()
-        _join(broker, "sweep")
-        worker.join()
-        elapsed = time.perf_counter() - started
+        return run_on_worker("sweep", sweep.send, workers)
     finally:
-        worker.stop()
         set_status(conn, prefix, "suspended")
-    return elapsed
 
 
 def server_log(embedded: bool) -> Path | None:

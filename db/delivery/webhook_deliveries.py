@@ -54,7 +54,6 @@ __all__ = [
     "delivery_log",
     "end_marked_unsent",
     "mark_called",
-    "mark_calls",
     "queue_notice_webhooks",
     "queue_test_event",
     "record_answer",
@@ -86,8 +85,7 @@ class ClaimedWebhook:
     attempt: int
     endpoint_id: int
     url: str
-    secrets: list[str]  # sign with each: the current secret and, during a rotation, the previous
-    body: str
+    body: str  # signed with the secrets the call's mark reads (a rotation committed before it counts)
     created_at: datetime
 
 
@@ -188,8 +186,7 @@ WITH due AS (
     INSERT INTO webhook_attempts (delivery_id, attempt_no, claim_token)
     SELECT id, attempts, claim_token FROM claimed
 )
-SELECT c.id, c.claim_token, c.attempts, c.endpoint_id, e.url, e.secret, e.previous_secret,
-       e.previous_secret_until, c.payload::text, c.created_at, now()
+SELECT c.id, c.claim_token, c.attempts, c.endpoint_id, e.url, c.payload::text, c.created_at, now()
 FROM claimed c JOIN webhook_endpoints e ON e.id = c.endpoint_id
 ORDER BY c.id
 """
@@ -211,13 +208,11 @@ def claim_webhooks(slug: str, delivery_ids: list[int], lease_seconds: float) -> 
                                        (_CLAIM, {"ids": delivery_ids, "lease": lease_seconds})])
     claimed = []
     for r in rows:
-        now = r[10] if isinstance(r[10], datetime) else utcnow()
-        until = r[7] if isinstance(r[7], datetime) else None
+        now = r[7] if isinstance(r[7], datetime) else utcnow()
         claimed.append(ClaimedWebhook(
             delivery_id=int(str(r[0])), claim_token=UUID(str(r[1])), attempt=int(str(r[2])),
-            endpoint_id=int(str(r[3])), url=str(r[4]),
-            secrets=signing_secrets(str(r[5]), None if r[6] is None else str(r[6]), until, now),
-            body=str(r[8]), created_at=r[9] if isinstance(r[9], datetime) else now))
+            endpoint_id=int(str(r[3])), url=str(r[4]), body=str(r[5]),
+            created_at=r[6] if isinstance(r[6], datetime) else now))
     return claimed
 
 
@@ -258,10 +253,9 @@ def mark_called(slug: str, claim: ClaimedWebhook) -> Marked:
     rotation committed before this is in them). Otherwise why not, and no request may be
     made: a claim whose lease ran out is the sweeper's; one whose endpoint was disabled
     meanwhile (an earlier call of the same batch answered 410) is cancelled; one whose
-    endpoint's circuit opened goes back to wait for it."""
-    # The usual case in one round trip (BEGIN, scope, the mark, COMMIT pipelined).
-    [marked] = tenant_statements(slug, [_mark_statement(claim)])
-    return _marked(slug, claim, marked)
+    endpoint's circuit opened goes back to wait for it. One claim's part of
+    record_successes_and_mark."""
+    return record_successes_and_mark(slug, [], [claim])[1][claim.delivery_id]
 
 
 def _mark_statement(claim: ClaimedWebhook) -> Statement:
@@ -331,13 +325,6 @@ def record_answer(slug: str, claim: ClaimedWebhook, answer: CallAnswer, *, jitte
     endpoint's health. A late success after a takeover is recorded on its attempt; the
     delivery goes out again with the same webhook-id, which the receiver drops."""
     return _record(slug, claim, answer, jitter=jitter, retry_base=retry_base)
-
-
-def mark_calls(slug: str, claims: list[ClaimedWebhook]) -> dict[int, Marked]:
-    """``mark_called`` for a group of claims, committed together in one round trip: the
-    webhook receiver drops a repeat by its webhook-id, so a crash that leaves the whole
-    group marked without answers costs repeats the receiver recognises, never a loss."""
-    return record_successes_and_mark(slug, [], claims)[1]
 
 
 def record_successes_and_mark(slug: str, done: list[tuple[ClaimedWebhook, CallAnswer]],
