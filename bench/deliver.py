@@ -20,9 +20,10 @@ asyncio server fast enough not to be the bottleneck; moto would be). For each ``
   no-op       the Dramatiq ceiling: as many messages for an actor that does nothing
               (bench/noop_actor.py) on the same broker, P processes x T threads, timed by
               watching Redis acknowledge them;
-  boto3       the provider ceiling: a bare boto3 ``send_email`` loop, P processes x T
-              threads, against the same endpoint (the endpoint's own CPU share during it
-              shows it is not what limits the loop);
+  client      the provider ceiling: a bare loop of the product's SES client (the signed
+              SendEmail request of tocsin/providers/ses_api.py), P processes x T threads,
+              against the same endpoint (the endpoint's own CPU share during it shows it is
+              not what limits the loop);
 
 and prints deliveries/s, each ceiling, the ratio to the lower ceiling (goal >= 0.5) and
 the latencies.
@@ -521,8 +522,8 @@ class Ceiling:
     label: str
     messages: int
     seconds: float
-    endpoint_cpu: float | None = None  # CPU seconds of the endpoint meanwhile (boto3 only)
-    cpu: float = 0.0  # CPU seconds of the processes doing the work (no-op worker, boto3 senders)
+    endpoint_cpu: float | None = None  # CPU seconds of the endpoint meanwhile (provider client only)
+    cpu: float = 0.0  # CPU seconds of the processes doing the work (no-op worker, SES client senders)
     load: str = ""
 
     @property
@@ -593,17 +594,19 @@ def _noop_messages_left(broker: Broker) -> Callable[[], int]:
     return lambda: int(client.hlen(pending_key))
 
 
-def _boto3_sender(process_no: int, threads: int, count: int, ready: Any, go: Any, done: Any,
-                  cpu: Any) -> None:
-    """One process of the boto3 ceiling: the production client config, T threads sharing
-    one client (as a worker process shares its mailer), each sending its share of one
-    representative message in a bare loop."""
+def _client_sender(process_no: int, threads: int, count: int, ready: Any, go: Any, done: Any,
+                   cpu: Any) -> None:
+    """One process of the provider ceiling: the product's SES client (SesMailer's SendEmail
+    caller, tocsin/providers/ses_api.py) with the production settings, T threads sharing it
+    (as a worker process shares its mailer), each sending its share of one representative
+    message in a bare loop."""
     from tocsin.core.settings import load_settings
-    from tocsin.providers.ses import OutgoingEmail, SesMailer, aws_client
+    from tocsin.providers.ses import OutgoingEmail, SesMailer
 
     settings = load_settings()
-    client: Any = aws_client(settings, "sesv2")
-    raw = SesMailer(settings).compose(OutgoingEmail(
+    mailer = SesMailer(settings)
+    api = mailer._api  # the bare call, without the composing SesMailer.send adds
+    raw = mailer.compose(OutgoingEmail(
         "<bench@tocsin.example>", "member1@bench-deliver.example", "Access ends in 30 days",
         "Access for Client 1 ends in 30 days. Renew to keep access.\n\nhttp://127.0.0.1/clients/1",
         {}, unsubscribe_url="http://127.0.0.1/unsubscribe/x"))
@@ -611,13 +614,8 @@ def _boto3_sender(process_no: int, threads: int, count: int, ready: Any, go: Any
 
     def send(thread_no: int) -> None:
         for i in range(share[thread_no]):
-            client.send_email(
-                FromEmailAddress=settings.mail_from,
-                Destination={"ToAddresses": ["member1@bench-deliver.example"]},
-                Content={"Raw": {"Data": raw}},
-                EmailTags=[{"Name": "tenant", "Value": f"boto3-{process_no}-{thread_no}"},
-                           {"Name": "delivery", "Value": str(i)}],
-            )
+            api.send_raw(settings.mail_from, "member1@bench-deliver.example", raw,
+                         {"tenant": f"client-{process_no}-{thread_no}", "delivery": str(i)})
 
     ready.release()
     go.wait()
@@ -631,37 +629,37 @@ def _boto3_sender(process_no: int, threads: int, count: int, ready: Any, go: Any
     done.release()
 
 
-def boto3_ceiling(endpoint: Endpoint, count: int, processes: int, threads: int) -> Ceiling:
+def client_ceiling(endpoint: Endpoint, count: int, processes: int, threads: int) -> Ceiling:
     spawn = multiprocessing.get_context("spawn")
     ready, done, go, cpu = spawn.Semaphore(0), spawn.Semaphore(0), spawn.Event(), spawn.Queue()
     shares = [count // processes + (1 if p < count % processes else 0) for p in range(processes)]
     endpoint.reset()
-    senders = [spawn.Process(target=_boto3_sender, args=(p, threads, shares[p], ready, go, done, cpu))
+    senders = [spawn.Process(target=_client_sender, args=(p, threads, shares[p], ready, go, done, cpu))
                for p in range(processes)]
     for s in senders:
         s.start()
     for _ in senders:
         if not ready.acquire(timeout=START_LIMIT):
-            raise Failed("a boto3 sender process did not start")
+            raise Failed("an SES client sender process did not start")
     load_before = load()
     endpoint_cpu = endpoint.cpu_seconds()
     started = time.perf_counter()
     go.set()
     for _ in senders:
         if not done.acquire(timeout=START_LIMIT + count / 20):
-            raise Failed("a boto3 sender process did not finish")
+            raise Failed("an SES client sender process did not finish")
     seconds = time.perf_counter() - started
     endpoint_cpu = endpoint.cpu_seconds() - endpoint_cpu
     sender_cpu = sum(cpu.get(timeout=30) for _ in senders)
     for s in senders:
         s.join(timeout=30)
         if s.exitcode != 0:
-            raise Failed(f"a boto3 sender process exited with {s.exitcode}")
+            raise Failed(f"an SES client sender process exited with {s.exitcode}")
     received = endpoint.received()
     if received["requests"] != count or len(received["keys"]) != count:
-        raise Failed(f"boto3 loop: {count:,} sent, the endpoint received {received['requests']:,} "
+        raise Failed(f"SES client loop: {count:,} sent, the endpoint received {received['requests']:,} "
                      f"({len(received['keys']):,} distinct)")
-    return Ceiling(f"bare boto3 loop, {processes} x {threads}", count, seconds, endpoint_cpu,
+    return Ceiling(f"bare SES client loop, {processes} x {threads}", count, seconds, endpoint_cpu,
                    cpu=sender_cpu, load=f"{load_before} -> {load()}")
 
 
@@ -688,7 +686,7 @@ def rabbitmq_vhost(url: str, vhost: str) -> Iterator[str]:
 def report_throughput(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], threads: int) -> None:
     say()
     say("Figures (rates in messages/s; ratio = deliveries/s over the lower ceiling)")
-    say(f"  {'processes x threads':<20} {'deliveries/s':>12} {'no-op/s':>9} {'boto3/s':>9} "
+    say(f"  {'processes x threads':<20} {'deliveries/s':>12} {'no-op/s':>9} {'client/s':>9} "
         f"{'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} {'worker CPU ms/delivery':>23} "
         f"{'uncertain peak':>14}")
     for run, noop, boto in runs:
@@ -709,18 +707,18 @@ def report_throughput(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], threads:
     for run, noop, boto in runs:
         lower = min(noop.rate, boto.rate)
         ratio = run.rate / lower
-        say(f"  {run.label}: ratio {ratio:.2f} to the {'no-op' if noop.rate <= boto.rate else 'boto3'} "
+        say(f"  {run.label}: ratio {ratio:.2f} to the {'no-op' if noop.rate <= boto.rate else 'SES client'} "
             f"ceiling (goal >= {GOAL_RATIO}: {'met' if ratio >= GOAL_RATIO else 'NOT met'}); "
             f"endpoint busy {run.endpoint_cpu / run.seconds:.0%} of one CPU while delivering, "
-            f"{(boto.endpoint_cpu or 0) / boto.seconds:.0%} during the boto3 loop")
+            f"{(boto.endpoint_cpu or 0) / boto.seconds:.0%} during the SES client loop")
         say(f"      load average: deliveries {run.load_before} -> {run.load_after}; "
-            f"no-op {noop.load}; boto3 {boto.load}")
+            f"no-op {noop.load}; SES client {boto.load}")
     say()
     say("CPU per message, ms (CPU time suffers far less than wall time from the machine's other")
-    say("load; the cost ratio is boto3's total over the delivery's: the ratio a machine with its")
+    say("load; the cost ratio is a bare SES call's total over the delivery's: the ratio a machine with its")
     say("CPUs to itself would approach once CPU-bound)")
     say(f"  {'processes x threads':<20} {'delivery: worker':>16} {'+ PG/Redis':>10} {'+ endpoint':>10} "
-        f"{'= total':>8} {'no-op worker':>12} {'boto3 senders':>13} {'+ endpoint':>10} "
+        f"{'= total':>8} {'no-op worker':>12} {'client senders':>15} {'+ endpoint':>10} "
         f"{'cost ratio':>10}")
     for run, noop, boto in runs:
         per = 1000 / run.deliveries
@@ -728,13 +726,13 @@ def report_throughput(runs: list[tuple[DeliveryRun, Ceiling, Ceiling]], threads:
         send = (boto.cpu + (boto.endpoint_cpu or 0)) * 1000 / boto.messages
         say(f"  {run.label:<20} {run.worker_cpu * per:>16.2f} {run.services_cpu * per:>10.2f} "
             f"{run.endpoint_cpu * per:>10.2f} {delivery:>8.2f} {noop.cpu * 1000 / noop.messages:>12.2f} "
-            f"{boto.cpu * 1000 / boto.messages:>13.2f} "
+            f"{boto.cpu * 1000 / boto.messages:>15.2f} "
             f"{(boto.endpoint_cpu or 0) * 1000 / boto.messages:>10.2f} "
             f"{send / delivery:>10.2f}")
     say()
     say("Markdown for the README:")
     say()
-    say("| worker (processes x threads) | deliveries/s | no-op actor/s | bare boto3/s | ratio "
+    say("| worker (processes x threads) | deliveries/s | no-op actor/s | bare SES client/s | ratio "
         "| p50 claim-to-accepted | p99 | uncertain peak |")
     say("|---|---:|---:|---:|---:|---:|---:|---:|")
     for run, noop, boto in runs:
@@ -858,8 +856,8 @@ def run(args: argparse.Namespace, endpoint: Endpoint, brokers: Sequence[Broker])
                     noop = noop_ceiling(broker, args.deliveries, processes, args.threads)
                     say(f"    {noop.rate:,.0f} messages/s; load {noop.load}")
                     delivered_noop.append((delivered, noop))
-                say(f"Ceiling: bare boto3 loop, {processes} x {args.threads} ...")
-                boto = boto3_ceiling(endpoint, args.deliveries, processes, args.threads)
+                say(f"Ceiling: bare SES client loop, {processes} x {args.threads} ...")
+                boto = client_ceiling(endpoint, args.deliveries, processes, args.threads)
                 say(f"    {boto.rate:,.0f} sends/s; load {boto.load}")
                 for delivered, noop in delivered_noop:
                     runs.append((delivered, noop, boto))

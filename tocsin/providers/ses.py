@@ -1,5 +1,7 @@
-"""The email provider adapter: AWS SES v2 through boto3 (or the local endpoint in dev).
+"""The email provider adapter: AWS SES v2 (or the local endpoint in dev).
 
+Each email is one SendEmail request built and signed by tocsin/providers/ses_api.py; the
+boto3 client of the same settings resolves the endpoint and registers the local sender.
 Built once per process from the settings, on first use, never at import time.
 """
 
@@ -12,13 +14,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import ClientError
 
 from domain.delivery.states import ErrorClass, classify_provider_error
 from tocsin.core import runtime
 from tocsin.core.settings import Settings
 from tocsin.providers.mime_message import MessageComposer
+from tocsin.providers.ses_api import SendFailure, SesV2Api
 
 if TYPE_CHECKING:
     from mypy_boto3_sesv2 import SESV2Client
@@ -92,39 +94,32 @@ def aws_client(settings: Settings, service: str) -> object:
 class SesMailer:
     def __init__(self, settings: Settings):
         self._client: SESV2Client = aws_client(settings, "sesv2")  # type: ignore[assignment]
+        access_key, secret_key = _api_keys(settings)
+        self._api = SesV2Api(self._client.meta.endpoint_url, self._client.meta.region_name,
+                             read_timeout=settings.ses_read_timeout_seconds,
+                             access_key=access_key, secret_key=secret_key)
         self._from = settings.mail_from
         self._composer = MessageComposer(settings.mail_from)
         # Named on every send when set: its event destination is what settles an unknown
         # outcome as accepted instead of resending it.
-        self._configuration_set: dict[str, str] = {}
-        if settings.ses_configuration_set:
-            self._configuration_set["ConfigurationSetName"] = settings.ses_configuration_set
+        self._configuration_set = settings.ses_configuration_set or None
 
     def compose(self, email: OutgoingEmail) -> bytes:
         return self._composer.compose(email)
 
     def send(self, email: OutgoingEmail) -> Accepted:
         try:
-            response = self._client.send_email(
-                FromEmailAddress=self._from,
-                Destination={"ToAddresses": [email.to]},
-                Content={"Raw": {"Data": self.compose(email)}},
-                EmailTags=[{"Name": k, "Value": v} for k, v in email.tags.items()],
-                **self._configuration_set,  # type: ignore[arg-type]
-            )
-        except ClientError as error:
-            info = error.response.get("Error", {})
-            meta = error.response.get("ResponseMetadata", {})
-            error_class = classify_provider_error(info.get("Code"), meta.get("HTTPStatusCode"))
-            raise ProviderError(
-                error_class, f"{info.get('Code')}: {info.get('Message')}", meta.get("RequestId"),
-                code=info.get("Code"), http_status=meta.get("HTTPStatusCode"),
-            ) from None
-        except BotoConnectionError as error:  # never connected: nothing was sent
-            raise ProviderError(ErrorClass.TRANSIENT, type(error).__name__) from None
-        except BotoCoreError as error:  # the request left; no answer came back
-            raise ProviderError(ErrorClass.UNCERTAIN, type(error).__name__) from None
-        return Accepted(response["MessageId"], response["ResponseMetadata"].get("RequestId"))
+            answer = self._api.send_raw(self._from, email.to, self.compose(email), email.tags,
+                                        self._configuration_set)
+        except SendFailure as failure:
+            if failure.status is not None:  # SES answered: its error says whether to retry
+                error_class = classify_provider_error(failure.code, failure.status)
+                raise ProviderError(error_class, str(failure), failure.request_id,
+                                    code=failure.code, http_status=failure.status) from None
+            # Never connected: nothing was sent. Otherwise the request left and no answer came.
+            raise ProviderError(ErrorClass.UNCERTAIN if failure.sent else ErrorClass.TRANSIENT,
+                                str(failure), failure.request_id) from None
+        return Accepted(answer.message_id, answer.request_id)
 
     def ensure_sender_identity(self) -> None:
         """Register the sender with the local endpoint (real SES identities are verified
@@ -135,6 +130,15 @@ class SesMailer:
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") != "AlreadyExistsException":
                 raise
+
+
+def _api_keys(settings: Settings) -> tuple[str | None, str | None]:
+    """The keys aws_client gives boto3; none: botocore's credential chain."""
+    if settings.aws_access_key_id:
+        return settings.aws_access_key_id, settings.aws_secret_access_key
+    if settings.ses_endpoint_url:  # the local endpoint accepts any credentials
+        return "local", "local"
+    return None, None
 
 
 _lock = threading.Lock()
