@@ -52,7 +52,8 @@ def server() -> Iterator[tuple[str, Capture]]:
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            capture.requests.append(("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            capture.requests.append(("POST", self.path, headers, body))
             if capture.drop:
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -95,7 +96,8 @@ def _sigv4(method: str, path: str, headers: dict[str, str], body: bytes) -> str:
     for part in (amz_date[:8], REGION, "ses", "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    return f"AWS4-HMAC-SHA256 Credential={ACCESS}/{scope}, SignedHeaders={';'.join(signed)}, Signature={signature}"
+    return (f"AWS4-HMAC-SHA256 Credential={ACCESS}/{scope}, SignedHeaders={';'.join(signed)}, "
+            f"Signature={signature}")
 
 
 def test_the_request_is_the_one_boto3_sends_and_its_signature_is_sigv4s(server: tuple[str, Capture]) -> None:
