@@ -51,7 +51,10 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
     "AWS_DEFAULT_REGION": SettingDoc(
         "Read when `AWS_REGION` is unset, as the AWS tools do.", field="aws_region",
     ),
-    "AWS_ACCESS_KEY_ID": SettingDoc("AWS credentials for SES and SNS (with the next)."),
+    "AWS_ACCESS_KEY_ID": SettingDoc(
+        "AWS credentials for SES and SNS (with the next). Unset: the AWS credential chain "
+        "(a profile, a container or instance role, refreshed before they expire); `HTTPS_PROXY` "
+        "and `NO_PROXY` are honoured."),
     "AWS_SECRET_ACCESS_KEY": SettingDoc("AWS credentials for SES and SNS; never shown in logs."),
     "MAIL_FROM": SettingDoc("The sender of every email: a verified SES identity."),
     "PORTAL_URL": SettingDoc(
