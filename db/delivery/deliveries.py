@@ -22,12 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from uuid import UUID
+
+from psycopg import sql
+from psycopg.types.numeric import Int8
 
 from db.delivery.digests import digest_email, mark_digest_items_delivered
 from db.people.preferences import apply_send_check, email_send_checks
 from db.platform.effects import SendEmails
-from db.platform.tenancy import Statement, TenantTx, tenant_statements, tenant_tx
+from db.platform.tenancy import TenantTx, in_schema, tenant_statement_alone, tenant_tx
 from domain.delivery.states import DELIVERY, WAITING, Status
 from tocsin.core.clock import utcnow
 
@@ -297,32 +301,34 @@ def record_step(tx: TenantTx, answer: Answer | None, call: ClaimedEmail | None) 
 
     A call is marked only where the delivery is still ours (token, sending) and its lease
     holds."""
-    recorded = _recorded([tx.conn.execute(query, params).fetchall()
-                          for query, params in _step_statements(answer, call)])
+    rows = tx.conn.execute(_step_in(tx.tenant.slug), _step_params(answer, call)).fetchall()
+    recorded = _recorded([rows])
     if answer is not None and answer.claim.digest_id is not None and recorded.accepted:
         mark_digest_items_delivered(tx, answer.claim.digest_id)
     return recorded
 
 
 def record_step_at_once(slug: str, answer: Answer | None, call: ClaimedEmail | None) -> Recorded:
-    """``record_step`` in a transaction of its own, in one round trip to PostgreSQL
-    (db/platform/tenancy.py tenant_statements): a step is taken once per provider call, and costs
-    no more than its statements. A digest's answer also marks the digest's items, so it
-    takes a tenant_tx of its own."""
+    """``record_step`` as a transaction of its own, one statement sent alone
+    (db/platform/tenancy.py tenant_statement_alone): a step is taken once per provider call,
+    and costs no more than its statement. A digest's answer also marks the digest's items,
+    so it takes a tenant_tx of its own."""
     if answer is not None and answer.claim.digest_id is not None:
         with tenant_tx(slug) as tx:
             return record_step(tx, answer, call)
-    return _recorded(tenant_statements(slug, _step_statements(answer, call)))
+    return _recorded([tenant_statement_alone(slug, _step_in(slug), _step_params(answer, call))])
 
 
-# One statement with scalar parameters (NULL for the part a step does not have): a step is
-# taken once per provider call, each statement's run opens and locks every table and index it
-# names, and a plan kept for an array of ids may scan a whole table where one id reads one
-# row by its key. The delivery of the call is read by its key alone (a scalar subquery):
-# given the lease condition too, the planner may scan the index of every leased delivery.
+# One statement with scalar parameters: a step is taken once per provider call, each
+# statement's run opens and locks every table and index it names, and a plan kept for an
+# array of ids may scan a whole table where one id reads one row by its key. The delivery of
+# the call is read by its key alone (a scalar subquery): given the lease condition too, the
+# planner may scan the index of every leased delivery. Its tables are named in the tenant's
+# schema, so that it runs alone, as a transaction of its own (db/platform/tenancy.py
+# tenant_statement_alone): one message each way.
 _STEP = f"""
     WITH accepted AS (
-        UPDATE notification_deliveries d
+        UPDATE {{schema}}.notification_deliveries d
         SET status = 'accepted', provider_message_id = coalesce(d.provider_message_id, %(message_id)s),
             accepted_at = now(), lease_until = NULL, unknown_since = NULL, last_error = NULL,
             last_error_class = NULL, status_reason = NULL, updated_at = now()
@@ -330,37 +336,48 @@ _STEP = f"""
           AND {_TO_ACCEPTED}
         RETURNING d.id, d.notification_id
     ), attempt AS (
-        UPDATE delivery_attempts a
+        UPDATE {{schema}}.delivery_attempts a
         SET ended_at = now(), outcome = 'accepted', provider_message_id = %(message_id)s,
             provider_request_id = %(request_id)s, error = NULL, error_class = NULL
         WHERE a.delivery_id = %(id)s AND a.claim_token = %(token)s
           AND (a.ended_at IS NULL OR a.outcome = 'unknown')
         RETURNING a.delivery_id
     ), ledger AS (
-        UPDATE notification_ledger l SET delivered_at = now()
-        FROM notifications n, accepted a
+        UPDATE {{schema}}.notification_ledger l SET delivered_at = now()
+        FROM {{schema}}.notifications n, accepted a
         WHERE n.id = a.notification_id AND l.id = n.ledger_id AND l.delivered_at IS NULL
     ), marked AS (
-        UPDATE delivery_attempts a SET provider_called_at = now()
+        UPDATE {{schema}}.delivery_attempts a SET provider_called_at = now()
         WHERE a.delivery_id = %(call_id)s AND a.claim_token = %(call_token)s AND a.ended_at IS NULL
           AND (SELECT d.claim_token = %(call_token)s AND d.status = 'sending' AND d.lease_until > now()
-               FROM notification_deliveries d WHERE d.id = %(call_id)s)
+               FROM {{schema}}.notification_deliveries d WHERE d.id = %(call_id)s)
         RETURNING a.delivery_id
     )
     SELECT 'accepted', id FROM accepted
     UNION ALL SELECT 'answered', delivery_id FROM attempt
     UNION ALL SELECT 'marked', delivery_id FROM marked
 """
+# The part a step does not have names no row (ids start at 1) in its WHERE, rather than NULL:
+# a custom plan can fold a NULL away and look cheaper than the generic plan, and PostgreSQL
+# would then plan the statement afresh at every run (about as long as running it).
+_NO_ID = Int8(0)
+_NO_TOKEN = UUID(int=0)
 
 
-def _step_statements(answer: Answer | None, call: ClaimedEmail | None) -> list[Statement]:
-    return [(_STEP, {
-        "id": answer.claim.delivery_id if answer else None,
-        "token": answer.claim.claim_token if answer else None,
+@lru_cache(maxsize=1024)  # one per tenant a worker sends for: composed once, not per call
+def _step_in(slug: str) -> sql.Composed:
+    return in_schema(_STEP, slug)
+
+
+def _step_params(answer: Answer | None, call: ClaimedEmail | None) -> dict[str, object]:
+    return {
+        "id": Int8(answer.claim.delivery_id) if answer else _NO_ID,
+        "token": answer.claim.claim_token if answer else _NO_TOKEN,
         "message_id": answer.provider_message_id if answer else None,
         "request_id": answer.request_id if answer else None,
-        "call_id": call.delivery_id if call else None, "call_token": call.claim_token if call else None,
-    })]
+        "call_id": Int8(call.delivery_id) if call else _NO_ID,
+        "call_token": call.claim_token if call else _NO_TOKEN,
+    }
 
 
 def _recorded(results: list[list[tuple[object, ...]]]) -> Recorded:

@@ -24,10 +24,12 @@ __all__ = [
     "TenantTx",
     "create_tenant",
     "get_tenant",
+    "in_schema",
     "list_tenants",
     "not_migrated_is_an_error",
     "set_unknown_outcome_policy",
     "tenant_read_tx",
+    "tenant_statement_alone",
     "tenant_statements",
     "tenant_tx",
 ]
@@ -298,6 +300,37 @@ def tenant_statements(slug: str, statements: list[Statement]) -> list[list[tuple
                                                 psycopg.pq.TransactionStatus.INERROR):
                 conn.execute("ROLLBACK")
         return [result.fetchall() if result.description else [] for result in results]
+
+
+def tenant_statement_alone(slug: str, statement: sql.Composed,
+                           params: dict[str, object]) -> list[tuple[object, ...]]:
+    """One statement whose tables are named in the tenant's schema (``in_schema``), run as
+    a transaction of its own: no BEGIN, no scoping, no COMMIT, one message each way, and
+    none of the client-side work of a pipeline. PostgreSQL commits a statement run outside a
+    transaction as it ends, durably (synchronous_commit), before it answers. For the step
+    taken before every provider call. Its rows; NotFound when the slug names no tenant
+    (nothing was written).
+
+    Its plan is kept only if PostgreSQL finds a generic plan no worse than the custom ones
+    (after five runs): give it parameters of one type each time, and no NULL that a custom
+    plan could fold away (see db/delivery/deliveries.py _step_params)."""
+    with connection() as conn:
+        set_statement_scope(conn, schema_for(slug))
+        try:
+            with not_migrated_is_an_error():
+                result = conn.execute(statement, params)
+                return result.fetchall() if result.description else []
+        except NotMigrated:
+            if conn.execute("SELECT 1 FROM control.tenants WHERE slug = %s", [slug]).fetchone() is None:
+                raise NotFound(f"unknown tenant {slug!r}") from None
+            raise
+        finally:
+            set_statement_scope(conn, None)
+
+
+def in_schema(template: str, slug: str) -> sql.Composed:
+    """``template`` with ``{schema}`` naming the tenant's schema, as an identifier."""
+    return sql.SQL(template).format(schema=sql.Identifier(schema_for(slug)))
 
 
 @contextmanager

@@ -245,3 +245,45 @@ def test_a_worker_stopped_mid_message_records_what_was_sent_and_releases_the_res
     # never handed to the provider are pending again, for the next scan or sweep to send.
     assert rows == [("accepted", "accepted", None)] * 2 + [("unknown", "unknown", None)] + \
         [("pending", "retry", True)] * 2
+
+
+def test_the_step_before_each_call_runs_alone_on_one_kept_plan_and_an_unknown_tenant_is_not_found(
+    tenant: Tenant, ses: SesOutbox
+) -> None:
+    """record_step_at_once is one statement in a transaction of its own. Its parameters keep
+    PostgreSQL on the generic plan after its five custom ones: a statement planned afresh at
+    every provider call costs as much again as running it."""
+    import psycopg
+
+    from db.delivery.deliveries import _step_in, _step_params, record_step_at_once
+    from domain.errors import NotFound
+
+    ids = [_one_pending_delivery(tenant)]
+    for n in range(11):
+        add_client(tenant, AS_OF.date() + timedelta(days=7), name=f"Plan {n} Ltd", users=1)
+    with tenant_tx(tenant.slug) as tx:
+        from db.notices.fanout import prepare_claims
+        from db.notices.licence_scan import claim_due_milestones
+
+        claim_due_milestones(tx, AS_OF)
+        prepare_claims(tx)
+        ids = [int(r[0]) for r in tx.conn.execute("SELECT id FROM notification_deliveries ORDER BY id")]
+        claims = [c for c in claim_deliveries(tx, ids, lease_seconds=60) if isinstance(c, ClaimedEmail)]
+    assert len(claims) == 12
+    settings = load_settings()
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:  # one session, its own plans
+        statement = _step_in(tenant.slug)
+        answered: Answer | None = None
+        for claim in claims:
+            rows = conn.execute(statement, _step_params(answered, claim), prepare=True).fetchall()
+            assert ("marked", claim.delivery_id) in rows
+            answered = Answer(claim, f"provider-{claim.delivery_id}", None)
+        conn.execute(statement, _step_params(answered, None), prepare=True)
+        custom, generic = conn.execute(
+            "SELECT custom_plans, generic_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%WITH accepted AS%%'").fetchone() or (None, None)
+    assert custom == 5 and generic == 8  # five custom plans tried, then the one generic plan kept
+    assert scalar(tenant, "SELECT count(*) FROM notification_deliveries WHERE status = 'accepted'") == 12
+    assert scalar(tenant, "SELECT count(*) FROM delivery_attempts WHERE provider_request_id IS NULL") == 12
+    with pytest.raises(NotFound):
+        record_step_at_once("no-such-tenant", None, claims[0])

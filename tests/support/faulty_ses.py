@@ -35,6 +35,9 @@ class SendRecord:
     delivery: int | None = None
     answered: bool = False  # the response has been written back (or the request was refused)
     configuration_set: str | None = None  # the ConfigurationSetName the request named
+    # For a held send: the event that answers it, the one current when the request arrived
+    # (answer_held answers every send held by then, even one still being forwarded).
+    answer: threading.Event | None = None
 
 
 class FaultySes:
@@ -95,6 +98,8 @@ class FaultySes:
             record = SendRecord(time.monotonic(), self.policy(len(self.sends) + 1), tags.get("tenant"),
                                 int(delivery) if delivery else None,
                                 configuration_set=request.get("ConfigurationSetName"))
+            if record.fate == "hold":
+                record.answer = self._held
             self.sends.append(record)
             return record
 
@@ -153,10 +158,9 @@ class FaultySes:
                 if fate == "drop":  # SES has it; the sender never hears
                     self.close_connection = True
                     return
-                if fate == "hold" and not outer.released.is_set():
-                    with outer._lock:
-                        held = outer._held
-                    held.wait(600)
+                if fate == "hold" and not outer.released.is_set() and record is not None:
+                    assert record.answer is not None
+                    record.answer.wait(600)
                 self.send_response(status)
                 for name, value in headers:
                     if name.lower() not in ("content-length", "transfer-encoding", "connection",
