@@ -644,7 +644,7 @@ def _client_sender(process_no: int, threads: int, count: int, ready: Any, go: An
 
     settings = load_settings()
     mailer = SesMailer(settings)
-    api = mailer._api  # the bare call, without the composing SesMailer.send adds
+    api = mailer.api  # the bare call, without the composing SesMailer.send adds
     raw = mailer.compose(OutgoingEmail(
         "<bench@tocsin.example>", "member1@bench-deliver.example", "Access ends in 30 days",
         "Access for Client 1 ends in 30 days. Renew to keep access.\n\nhttp://127.0.0.1/clients/1",

@@ -180,7 +180,7 @@ def test_the_read_timeout_reaches_the_pool_and_the_environments_proxy_is_honoure
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = replace(load_settings(), ses_endpoint_url="http://127.0.0.1:1", ses_read_timeout_seconds=300.0)
-    api = SesMailer(settings)._api
+    api = SesMailer(settings).api
     assert api._pool.connection_pool_kw["timeout"].read_timeout == 300.0
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "localhost,.corp.example")

@@ -23,7 +23,6 @@ What a boto3 client does for the same call and Tocsin keeps:
 from __future__ import annotations
 
 import base64
-import threading
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -85,7 +84,6 @@ class SesV2Api:
             self._credentials: Any = Credentials(access_key, secret_key or "")
         else:
             self._credentials = get_session().get_credentials()  # None: found nowhere
-        self._credentials_lock = threading.Lock()
         timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT, read=read_timeout)
         options: dict[str, Any] = {"maxsize": pool_size, "timeout": timeout, "retries": False}
         if urlsplit(self._url).scheme == "https":
@@ -131,8 +129,8 @@ class SesV2Api:
         if self._credentials is None:
             raise SendFailure("no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
                               "or give the process a role", sent=False)
-        with self._credentials_lock:  # a refresh happens once, not in every thread at once
-            frozen: ReadOnlyCredentials = self._credentials.get_frozen_credentials()
+        # Refreshed before they expire, once for all threads (botocore locks the refresh).
+        frozen: ReadOnlyCredentials = self._credentials.get_frozen_credentials()
         return frozen
 
 
