@@ -176,7 +176,7 @@ def test_a_connection_that_never_opens_sent_nothing() -> None:
     assert "NewConnectionError" in str(refused.value)
 
 
-def test_the_read_timeout_reaches_the_pool_and_the_environments_proxy_is_honoured(
+def test_the_read_timeout_reaches_the_pool_and_the_environments_proxy_and_ca_bundle_are_honoured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = replace(load_settings(), ses_endpoint_url="http://127.0.0.1:1", ses_read_timeout_seconds=300.0)
@@ -186,3 +186,7 @@ def test_the_read_timeout_reaches_the_pool_and_the_environments_proxy_is_honoure
     monkeypatch.setenv("NO_PROXY", "localhost,.corp.example")
     assert _proxy_for("https://email.eu-west-1.amazonaws.com/v2/email/outbound-emails") == "http://proxy.internal:3128"
     assert _proxy_for("https://ses.corp.example/v2/email/outbound-emails") is None
+    monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")  # a company's own CA
+    real = SesV2Api("https://email.eu-west-1.amazonaws.com", REGION, read_timeout=5, access_key=ACCESS,
+                    secret_key=SECRET)
+    assert real._pool.connection_pool_kw["ca_certs"] == "/etc/ssl/certs/ca-certificates.crt"

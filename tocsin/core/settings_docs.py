@@ -53,8 +53,8 @@ SETTINGS_DOCS: dict[str, SettingDoc] = {
     ),
     "AWS_ACCESS_KEY_ID": SettingDoc(
         "AWS credentials for SES and SNS (with the next). Unset: the AWS credential chain "
-        "(a profile, a container or instance role, refreshed before they expire); `HTTPS_PROXY` "
-        "and `NO_PROXY` are honoured."),
+        "(a profile, a container or instance role, refreshed before they expire); `HTTPS_PROXY`, "
+        "`NO_PROXY` and `AWS_CA_BUNDLE` are honoured."),
     "AWS_SECRET_ACCESS_KEY": SettingDoc("AWS credentials for SES and SNS; never shown in logs."),
     "MAIL_FROM": SettingDoc("The sender of every email: a verified SES identity."),
     "PORTAL_URL": SettingDoc(

@@ -10,8 +10,8 @@ instance role, refreshed before they expire), and sends it on one urllib3 pool p
 What a boto3 client does for the same call and Tocsin keeps:
 
 - the endpoint: the boto3 client of the same settings resolves it once (region, partition,
-  ``SES_ENDPOINT_URL``); its proxies and CA bundle are botocore's (``HTTPS_PROXY``,
-  ``NO_PROXY``, certifi);
+  ``SES_ENDPOINT_URL``); proxies and CA bundle as botocore finds them (``HTTPS_PROXY``,
+  ``NO_PROXY``, ``AWS_CA_BUNDLE``, else certifi's);
 - exactly one HTTP request per call: no retry and no redirect here, as
   ``total_max_attempts=1`` asked of boto3 (a retry would resend an email whose answer was
   lost behind the back of the delivery state machine);
@@ -23,6 +23,7 @@ What a boto3 client does for the same call and Tocsin keeps:
 from __future__ import annotations
 
 import base64
+import os
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -86,8 +87,8 @@ class SesV2Api:
             self._credentials = get_session().get_credentials()  # None: found nowhere
         timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT, read=read_timeout)
         options: dict[str, Any] = {"maxsize": pool_size, "timeout": timeout, "retries": False}
-        if urlsplit(self._url).scheme == "https":
-            options["ca_certs"] = get_cert_path(True)
+        if urlsplit(self._url).scheme == "https":  # the CA bundle boto3 would use
+            options["ca_certs"] = os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True)
         proxy = _proxy_for(self._url)
         self._pool: urllib3.PoolManager = (urllib3.ProxyManager(proxy, **options) if proxy
                                            else urllib3.PoolManager(**options))
