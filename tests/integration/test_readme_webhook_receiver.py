@@ -14,6 +14,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from db.delivery.webhook_deliveries import queue_test_event, redeliver
 from db.delivery.webhook_endpoints import create_endpoint
 from db.platform.tenancy import Tenant, tenant_tx
+from tests.integration.builders import scalar
 from tests.integration.conftest import RunningWorker, wait_until
 from tests.support.webhook_receiver import WebhookReceiver
 
@@ -40,6 +41,10 @@ def test_the_readme_receiver_verifies_real_calls_and_handles_a_redelivery_once(
             first = queue_test_event(tx, endpoint.id, "readme")
             queue_test_event(tx, endpoint.id, "readme")
         wait_until(lambda: len(receiver.calls()) == 2, "two test events")
+        # A redelivery is refused while the delivery is on its way: the receiver has the
+        # call before the worker records its answer.
+        wait_until(lambda: scalar(tenant, "SELECT count(*) FROM webhook_deliveries "
+                                  "WHERE status = 'delivered'") == 2, "both calls recorded delivered")
         with tenant_tx(tenant.slug) as tx:
             redeliver(tx, first)
         wait_until(lambda: len(receiver.calls()) == 3, "the redelivery")
