@@ -592,7 +592,7 @@ def noop_ceiling(broker: Broker, count: int, processes: int, threads: int) -> Ce
         )
         try:
             first: tuple[float, int] | None = None
-            worker_cpu = 0.0
+            worker_cpu = cpu_at_first = 0.0
             deadline = time.monotonic() + START_LIMIT + count / 50
             while True:
                 worker_cpu = max(worker_cpu, tree_cpu_seconds(worker.pid))
@@ -600,6 +600,7 @@ def noop_ceiling(broker: Broker, count: int, processes: int, threads: int) -> Ce
                 now = time.perf_counter()
                 if first is None and remaining < count:
                     first = (now, remaining)
+                    cpu_at_first = worker_cpu  # its start-up is not a message's
                 if remaining == 0:
                     break
                 if worker.poll() is not None or time.monotonic() > deadline:
@@ -608,9 +609,10 @@ def noop_ceiling(broker: Broker, count: int, processes: int, threads: int) -> Ce
         finally:
             stop(worker, "the no-op worker")
     assert first is not None
-    # From the first look that found acknowledgements: the messages still there then.
+    # From the first look that found acknowledgements: the messages still there then, and the
+    # CPU spent on them since.
     return Ceiling(f"no-op actor, {broker.name}, {processes} x {threads}", first[1], now - first[0],
-                   cpu=worker_cpu * first[1] / count, load=f"{load_before} -> {load()}")
+                   cpu=worker_cpu - cpu_at_first, load=f"{load_before} -> {load()}")
 
 
 def _noop_messages_left(broker: Broker) -> Callable[[], int]:

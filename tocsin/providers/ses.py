@@ -32,6 +32,7 @@ __all__ = [
     "ProviderError",
     "SesMailer",
     "aws_client",
+    "aws_keys",
     "get_mailer",
     "set_mailer",
 ]
@@ -70,15 +71,20 @@ class Mailer(Protocol):
     def send(self, email: OutgoingEmail) -> Accepted: ...
 
 
-def aws_client(settings: Settings, service: str) -> object:
-    credentials = {}
+def aws_keys(settings: Settings) -> tuple[str | None, str | None]:
+    """The access key and secret the settings give; none: botocore's credential chain (a
+    profile, a container or instance role)."""
     if settings.aws_access_key_id:
-        credentials = {
-            "aws_access_key_id": settings.aws_access_key_id,
-            "aws_secret_access_key": settings.aws_secret_access_key,
-        }
-    elif settings.ses_endpoint_url:  # the local endpoint accepts any credentials
-        credentials = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+        return settings.aws_access_key_id, settings.aws_secret_access_key
+    if settings.ses_endpoint_url:  # the local endpoint accepts any credentials
+        return "local", "local"
+    return None, None
+
+
+def aws_client(settings: Settings, service: str) -> object:
+    access_key, secret_key = aws_keys(settings)
+    credentials = {} if access_key is None else {"aws_access_key_id": access_key,
+                                                 "aws_secret_access_key": secret_key}
     return boto3.client(  # type: ignore[call-overload]
         service,
         region_name=settings.aws_region,
@@ -94,7 +100,7 @@ def aws_client(settings: Settings, service: str) -> object:
 class SesMailer:
     def __init__(self, settings: Settings):
         self._client: SESV2Client = aws_client(settings, "sesv2")  # type: ignore[assignment]
-        access_key, secret_key = _api_keys(settings)
+        access_key, secret_key = aws_keys(settings)
         # The SendEmail caller; bench/deliver.py's provider ceiling calls it bare.
         self.api = SesV2Api(self._client.meta.endpoint_url, self._client.meta.region_name,
                              read_timeout=settings.ses_read_timeout_seconds,
@@ -131,15 +137,6 @@ class SesMailer:
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") != "AlreadyExistsException":
                 raise
-
-
-def _api_keys(settings: Settings) -> tuple[str | None, str | None]:
-    """The keys aws_client gives boto3; none: botocore's credential chain."""
-    if settings.aws_access_key_id:
-        return settings.aws_access_key_id, settings.aws_secret_access_key
-    if settings.ses_endpoint_url:  # the local endpoint accepts any credentials
-        return "local", "local"
-    return None, None
 
 
 _lock = threading.Lock()
